@@ -1,0 +1,13 @@
+"""spvad: a small GPU autodiff compiler from Python kernels to SPIR-V, running on Vulkan (and Metal)."""
+from .errors import (AdStackOverflowError, ArgumentError, AutodiffRuleError, CompileError, DeviceError,
+                     PipelineCreationError, SpirvValidationError, SpvadError)
+from .kernel import func, kernel
+from .lang import (Array, abs, acos, asin, atan, atan2, atomic_add, atomic_max, atomic_min, cast, ceil, clamp,
+                   cos, cosh, exp, floor, log, log2, max, min, ndrange, pow, round, rsqrt, select, sign, sin,
+                   sinh, sqrt, static, tan, tanh)
+from .ndarray import from_numpy, ndarray
+from .runtime import device_info, init, reset, sync
+from .tape import Tape
+from .types import f32, f64, i32, u1, u32
+
+__version__ = "0.1.0"

@@ -1,0 +1,132 @@
+"""Activity analysis: which values lie between a needs-grad input and a differentiated output, and
+which primal values and local slots the reverse pass must be able to recompute.
+
+Active = depends on a load from a needs-grad array AND flows into a store/atomic into a needs-grad
+array (through values and local slots), float-typed. Nothing is computed, stored or pushed for the rest.
+"""
+from ..ir import nodes as N
+
+CONSTRUCTS = (N.If, N.RangeFor, N.While)
+
+
+class Activity:
+    def __init__(self, task):
+        self.task = task
+        self.stmts = list(N.walk(task.body))
+        self.parent = {}                     # stmt -> enclosing construct (or None)
+        self._parents(task.body, None)
+        self.active = set()                  # active value statements
+        self.active_slots = set()
+        self._activity()
+        self.rev_work = {s for s in self.stmts if self._has_rev_work(s)}
+        self.busy_constructs = set()         # constructs containing reverse work
+        for s in self.rev_work:
+            p = self.parent[s]
+            while p is not None and p not in self.busy_constructs:
+                self.busy_constructs.add(p)
+                p = self.parent[p]
+        self.needed_slots = self._needed_slots()
+
+    def _parents(self, block, construct):
+        for s in block.stmts:
+            self.parent[s] = construct
+            for b in s.blocks():
+                self._parents(b, s)
+
+    @staticmethod
+    def is_grad_array_access(s):
+        return s.array.needs_grad and s.field == "primal" and s.array.dtype.is_float
+
+    def _activity(self):
+        fwd, fwd_slots = set(), set()
+        bwd, bwd_slots = set(), set()
+        changed = True
+        while changed:   # fixed point: loops make slots feed themselves
+            changed = False
+            for s in self.stmts:
+                if s.dtype is not None and s.dtype.is_float and s not in fwd:
+                    if (isinstance(s, N.GlobalLoad) and self.is_grad_array_access(s)) or \
+                            (isinstance(s, N.Compute) and any(a in fwd for a in s.args)) or \
+                            (isinstance(s, N.LocalLoad) and s.slot in fwd_slots):
+                        fwd.add(s)
+                        changed = True
+                if isinstance(s, N.LocalStore) and s.value in fwd and s.slot not in fwd_slots:
+                    fwd_slots.add(s.slot)
+                    changed = True
+        changed = True
+        while changed:
+            changed = False
+            for s in reversed(self.stmts):
+                if isinstance(s, (N.GlobalStore, N.AtomicRMW)) and self.is_grad_array_access(s):
+                    new = {s.value} - bwd
+                elif isinstance(s, N.Compute) and s in bwd:
+                    new = set(s.args) - bwd
+                elif isinstance(s, N.LocalLoad) and s in bwd and s.slot not in bwd_slots:
+                    bwd_slots.add(s.slot)
+                    changed = True
+                    continue
+                elif isinstance(s, N.LocalStore) and s.slot in bwd_slots:
+                    new = {s.value} - bwd
+                else:
+                    continue
+                if new:
+                    bwd |= new
+                    changed = True
+        self.active = {s for s in fwd & bwd if s.dtype.is_float}
+        self.active_slots = fwd_slots & bwd_slots
+
+    def _has_rev_work(self, s):
+        if isinstance(s, (N.Compute, N.GlobalLoad, N.LocalLoad)):
+            return s in self.active
+        if isinstance(s, N.LocalStore):
+            return s.slot in self.active_slots
+        if isinstance(s, N.GlobalStore):
+            return self.is_grad_array_access(s)
+        if isinstance(s, N.AtomicRMW):
+            return self.is_grad_array_access(s) and s.value in self.active
+        return False
+
+    def _needed_slots(self):
+        """Slots whose primal values a replay must reproduce: read by something the reverse needs
+        (operands of reverse work, control flow around it), transitively through stores."""
+        needed, slots = set(), set()
+        work = []
+
+        def need(s):
+            if s is not None and s not in needed:
+                needed.add(s)
+                work.append(s)
+
+        for s in self.rev_work:
+            need(s)
+        stores = {}
+        for s in self.stmts:
+            if isinstance(s, N.LocalStore):
+                stores.setdefault(s.slot, []).append(s)
+        while work:
+            s = work.pop()
+            for o in s.operands():
+                if not (isinstance(s, N.LocalStore) and o is s.slot):
+                    need(o)
+            if isinstance(s, N.LocalLoad) and s.slot not in slots:
+                slots.add(s.slot)
+                for st in stores.get(s.slot, ()):
+                    need(st)
+            p = self.parent.get(s)
+            while p is not None:   # control dependence: the constructs deciding whether s runs
+                need(p)
+                p = self.parent.get(p)
+            if isinstance(s, (N.RangeFor, N.While)) and getattr(s, "exit_flag", None) is not None:
+                for st in stores.get(s.exit_flag, ()):
+                    need(st)
+                slots.add(s.exit_flag)
+        return slots
+
+    def slots_read_in(self, construct):
+        """Needed slots that a replay of `construct` reads (what its snapshot must hold)."""
+        read = []
+        for b in construct.blocks():
+            for s in N.walk(b):
+                if isinstance(s, N.LocalLoad) and s.slot in self.needed_slots and s.slot not in read:
+                    read.append(s.slot)
+        return read

@@ -1,0 +1,238 @@
+"""Reverse mode: the gradient task of a forward task, replaying primal values through adstack snapshots.
+
+The gradient body is `FWD(body); REV(body)`. FWD re-runs the forward (no global stores); before every
+construct (if / loop iteration) that holds reverse work it pushes a snapshot of the local slots the
+construct reads onto adstacks. REV walks statements backwards; for such a construct it pops iterations
+in reverse: restore the snapshot, replay the construct's body forward (so every primal value of that
+iteration exists again as SSA values, pushing snapshots for the constructs one level down), then
+reverse it. A stack therefore holds at most one loop execution's iterations: capacity = trip count.
+Adjoints live in Function-scope slots: one per active value (read and cleared at its definition) and
+one per active local slot.
+"""
+import copy
+
+from .. import types as T
+from ..errors import AutodiffRuleError
+from ..ir import nodes as N
+from ..ir.emit import Emitter
+from ..ir.ops import Op
+from .activity import Activity
+from .adstack import StackSizer
+from .loop_exits import eliminate_loop_exits
+from .rules import partials
+
+
+def reverse_task(kernel, task, sizer_options):
+    """Returns the gradient Task of `task`, or None when it has no reverse work."""
+    _check_differentiable(kernel, task)
+    eliminate_loop_exits(task)
+    return _Reverser(kernel, task, sizer_options).run()
+
+
+def _check_differentiable(kernel, task):
+    used = {o for s in N.walk(task.body) for o in s.operands()}
+    for s in N.walk(task.body):
+        where = f"\n    at {s.loc}" if s.loc else ""
+        if isinstance(s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)) and s.field != "primal":
+            raise AutodiffRuleError(f"kernel {kernel.name}: a differentiated kernel must not access "
+                                    f"'{s.array.name}.{s.field}'{where}")
+        if isinstance(s, N.AtomicRMW) and s in used:
+            raise AutodiffRuleError(f"kernel {kernel.name}: the value returned by sp.atomic_{s.kind} "
+                                    f"cannot be differentiated through (it depends on thread order){where}")
+
+
+class _Reverser(Emitter):
+    def __init__(self, kernel, task, sizer_options):
+        super().__init__()
+        self.kernel, self.task = kernel, task
+        self.act = Activity(task)
+        self.sizer = StackSizer(task, self.act, **sizer_options)
+        self.top = []          # statements placed at the top of the gradient body (allocas, stacks)
+        self.slots = {}        # forward Alloca -> its clone (one per task: slots are shared by all replays)
+        self.adj = {}          # active value or slot -> adjoint Alloca
+        self.trips = {}        # loop -> Alloca counting its iterations in the latest replay
+        self.snapshots = {}    # construct -> [(slot, AdStackAlloca)]
+
+    def run(self):
+        if not self.act.rev_work:
+            return None
+        hmap = {}
+        header = N.Block()
+        self.block = header
+        for s in self.task.header.stmts:
+            self.clone(s, hmap)
+        body = N.Block()
+        self.block = body
+        for s in N.walk(self.task.body):
+            if isinstance(s, N.Alloca):
+                self.slots[s] = self.new_top(N.Alloca(s.dtype, s.name), s.loc)
+        m = dict(self.slots)
+        self.fwd(self.task.body.stmts, m, snap=True)
+        self.rev(self.task.body.stmts, m)
+        body.stmts[0:0] = self.top
+        grad = N.Task(self.task.name + "_grad", self.task.kind, header, hmap[self.task.num_threads], body)
+        grad.stack_sizes = self.sizer
+        return grad
+
+    # ---- helpers ----
+    def new_top(self, stmt, loc=None):
+        stmt.loc = loc
+        self.top.append(stmt)
+        return stmt
+
+    def clone(self, s, m):
+        new = copy.copy(s)
+        new.id = next(N._ids)
+        new.replace_operands(m)
+        m[s] = self.emit(new)
+        return new
+
+    def in_block(self, block, fn, *args):
+        saved, self.block = self.block, block
+        fn(*args)
+        self.block = saved
+
+    def adj_slot(self, key):
+        a = self.adj.get(key)
+        if a is None:
+            dtype = key.dtype
+            a = self.adj[key] = self.new_top(N.Alloca(dtype, f"adj_{getattr(key, 'name', '') or key.id}"), key.loc)
+        return a
+
+    def take_adjoint(self, key):
+        """Read an adjoint slot and clear it (the value's next execution starts from zero)."""
+        a = self.adj_slot(key)
+        g = self.emit(N.LocalLoad(a))
+        self.emit(N.LocalStore(a, self.const(0.0, a.dtype)))
+        return g
+
+    def accumulate(self, key, g):
+        if key not in self.act.active and key not in self.act.active_slots:
+            return
+        a = self.adj_slot(key)
+        if g.dtype != a.dtype:
+            g = self.cast(g, a.dtype)
+        self.emit(N.LocalStore(a, self.compute(Op.ADD, self.emit(N.LocalLoad(a)), g)))
+
+    # ---- FWD: replay ----
+    def fwd(self, stmts, m, snap):
+        for s in stmts:
+            self.loc = s.loc
+            if isinstance(s, (N.Alloca, N.GlobalStore, N.AtomicRMW)):
+                continue   # slots are hoisted; the gradient kernel never writes primal outputs
+            if isinstance(s, N.LoopIndex):
+                target = m[s.loop]
+                m[s] = self.emit(N.LoopIndex(target)) if isinstance(target, N.RangeFor) else target
+            elif isinstance(s, N.If):
+                if snap and s in self.act.busy_constructs:
+                    self.push_snapshot(s, m)
+                new = self.emit(N.If(m[s.cond], N.Block(), N.Block()))
+                self.in_block(new.then_body, self.fwd, s.then_body.stmts, dict(m), False)
+                self.in_block(new.else_body, self.fwd, s.else_body.stmts, dict(m), False)
+            elif isinstance(s, (N.RangeFor, N.While)):
+                self.fwd_loop(s, m, snap and s in self.act.busy_constructs)
+            else:
+                self.clone(s, m)
+
+    def fwd_loop(self, s, m, busy):
+        if busy:
+            trips = self.trips.get(s) or self.trips.setdefault(s, self.new_top(N.Alloca(T.i32, "trips"), s.loc))
+            self.emit(N.LocalStore(trips, self.const(0)))
+        if isinstance(s, N.RangeFor):
+            new = self.emit(N.RangeFor(m[s.begin], m[s.end], s.step, N.Block()))
+        else:
+            new = self.emit(N.While(N.Block()))
+        m1 = dict(m)
+        m1[s] = new
+
+        def body():
+            stmts = s.body.stmts
+            if getattr(s, "exit_flag", None) is not None:
+                self.fwd(stmts[:2], m1, False)   # `if brk: break`
+                stmts = stmts[2:]
+            if busy:
+                self.push_snapshot(s, m1)
+                t = self.trips[s]
+                self.emit(N.LocalStore(t, self.compute(Op.ADD, self.emit(N.LocalLoad(t)), self.const(1))))
+            self.fwd(stmts, m1, False)
+        self.in_block(new.body, body)
+
+    def push_snapshot(self, construct, m):
+        snap = self.snapshots.get(construct)
+        if snap is None:
+            snap = self.snapshots[construct] = [
+                (slot, self.new_top(self.sizer.new_stack(slot, construct), construct.loc))
+                for slot in self.act.slots_read_in(construct)]
+        for slot, stack in snap:
+            self.emit(N.AdStackPush(stack, self.emit(N.LocalLoad(self.slots[slot]))))
+
+    def restore_snapshot(self, construct):
+        for slot, stack in self.snapshots.get(construct, ()):
+            self.emit(N.LocalStore(self.slots[slot], self.emit(N.AdStackLoadTop(stack))))
+
+    def pop_snapshot(self, construct):
+        for _, stack in self.snapshots.get(construct, ()):
+            self.emit(N.AdStackPop(stack))
+
+    # ---- REV: adjoints, backwards ----
+    def rev(self, stmts, m):
+        act = self.act
+        for s in reversed(stmts):
+            if s not in act.rev_work and s not in act.busy_constructs:
+                continue
+            self.loc = s.loc
+            if isinstance(s, N.Compute):
+                g = self.take_adjoint(s)
+                ps = partials(self, s.op, [m[a] for a in s.args], m[s])
+                for a, p in zip(s.args, ps):
+                    if p is not None and a in act.active:
+                        self.accumulate(a, self.compute(Op.MUL, g, self.cast(p, g.dtype)))
+            elif isinstance(s, N.LocalLoad):
+                self.accumulate(s.slot, self.take_adjoint(s))
+            elif isinstance(s, N.LocalStore):
+                self.accumulate(s.value, self.take_adjoint(s.slot))
+            elif isinstance(s, N.GlobalLoad):
+                g = self.take_adjoint(s)
+                self.emit(N.AtomicRMW("add", s.array, tuple(m[i] for i in s.indices), g, "grad"))
+            elif isinstance(s, N.GlobalStore):
+                idx = tuple(m[i] for i in s.indices)
+                g = self.emit(N.GlobalLoad(s.array, idx, "grad"))
+                self.emit(N.GlobalStore(s.array, idx, self.const(0.0, s.array.dtype), "grad"))   # consumed
+                self.accumulate(s.value, g)
+            elif isinstance(s, N.AtomicRMW):
+                self.rev_atomic(s, m)
+            elif isinstance(s, N.If):
+                self.restore_snapshot(s)
+                new = self.emit(N.If(m[s.cond], N.Block(), N.Block()))
+                for src, dst in ((s.then_body, new.then_body), (s.else_body, new.else_body)):
+                    self.in_block(dst, self.replay_and_reverse, src.stmts, dict(m))
+                self.pop_snapshot(s)
+            elif isinstance(s, (N.RangeFor, N.While)):
+                self.rev_loop(s, m)
+
+    def replay_and_reverse(self, stmts, m):
+        self.fwd(stmts, m, snap=True)
+        self.rev(stmts, m)
+
+    def rev_atomic(self, s, m):
+        idx = tuple(m[i] for i in s.indices)
+        g = self.emit(N.GlobalLoad(s.array, idx, "grad"))
+        if s.kind != "add":   # only the element that holds the final max/min receives the gradient
+            won = self.compute(Op.EQ, m[s.value], self.emit(N.GlobalLoad(s.array, idx, "primal")))
+            g = self.compute(Op.SELECT, won, g, self.const(0.0, g.dtype))
+        self.accumulate(s.value, g)
+
+    def rev_loop(self, s, m):
+        trips = self.emit(N.LocalLoad(self.trips[s]))
+        back = self.emit(N.RangeFor(self.compute(Op.SUB, trips, self.const(1)), self.const(-1), -1, N.Block()))
+
+        def body():
+            j = self.emit(N.LoopIndex(back))
+            m1 = dict(m)
+            if isinstance(s, N.RangeFor):
+                m1[s] = self.compute(Op.ADD, m[s.begin], self.compute(Op.MUL, j, self.const(s.step)))
+            self.restore_snapshot(s)
+            stmts = s.body.stmts[2:] if getattr(s, "exit_flag", None) is not None else s.body.stmts
+            self.replay_and_reverse(stmts, m1)
+            self.pop_snapshot(s)
+        self.in_block(back.body, body)

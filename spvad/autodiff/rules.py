@@ -1,0 +1,97 @@
+"""Local partial derivatives, one row per Op: `PARTIALS[op](e, args, out) -> (d out / d arg, ...)`.
+
+`e` is an Emitter placing IR; `args` and `out` are the primal values. `None` marks an operand that gets
+no gradient (inactive, or a derivative that is zero almost everywhere: floor, comparisons, ...).
+Reverse mode multiplies each partial by the output's adjoint; forward mode by the operand's dual.
+"""
+import math
+
+from ..ir.ops import Op
+
+
+def _c(e, v, like):
+    return e.const(v, like.dtype)
+
+
+def _mul(e, a, b):
+    return e.compute(Op.MUL, a, b)
+
+
+def _div(e, a, b):
+    return e.compute(Op.DIV, a, b)
+
+
+def _sub(e, a, b):
+    return e.compute(Op.SUB, a, b)
+
+
+def _add(e, a, b):
+    return e.compute(Op.ADD, a, b)
+
+
+def _one_minus_sq(e, v):
+    return _sub(e, _c(e, 1.0, v), _mul(e, v, v))
+
+
+def _bool_to(e, cond, like, if_true=1.0, if_false=0.0):
+    return e.compute(Op.SELECT, cond, _c(e, if_true, like), _c(e, if_false, like))
+
+
+def _atan2(e, args, out):
+    y, x = args
+    r2 = _add(e, _mul(e, x, x), _mul(e, y, y))
+    return _div(e, x, r2), e.compute(Op.NEG, _div(e, y, r2))
+
+
+def _pow(e, args, out):
+    a, b = args
+    # d/da a^b = b a^(b-1) (no division by a, so a -> 0 stays finite); d/db a^b = a^b log a (a > 0)
+    da = _mul(e, b, e.compute(Op.POW, a, _sub(e, b, _c(e, 1.0, b))))
+    return da, _mul(e, out, e.compute(Op.LOG, a))
+
+
+ZERO_GRADIENT = {Op.SIGN, Op.FLOOR, Op.CEIL, Op.ROUND, Op.FLOORDIV, Op.NOT, Op.BIT_NOT, Op.AND, Op.OR,
+                 Op.BIT_AND, Op.BIT_OR, Op.BIT_XOR, Op.SHL, Op.SHR, Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE}
+
+PARTIALS = {
+    Op.NEG: lambda e, a, out: (_c(e, -1.0, out),),
+    Op.ABS: lambda e, a, out: (e.compute(Op.SIGN, a[0]),),
+    Op.SIN: lambda e, a, out: (e.compute(Op.COS, a[0]),),
+    Op.COS: lambda e, a, out: (e.compute(Op.NEG, e.compute(Op.SIN, a[0])),),
+    Op.TAN: lambda e, a, out: (_add(e, _c(e, 1.0, out), _mul(e, out, out)),),
+    Op.ASIN: lambda e, a, out: (e.compute(Op.RSQRT, _one_minus_sq(e, a[0])),),
+    Op.ACOS: lambda e, a, out: (e.compute(Op.NEG, e.compute(Op.RSQRT, _one_minus_sq(e, a[0]))),),
+    Op.ATAN: lambda e, a, out: (_div(e, _c(e, 1.0, out), _add(e, _c(e, 1.0, out), _mul(e, a[0], a[0]))),),
+    Op.SINH: lambda e, a, out: (e.compute(Op.COSH, a[0]),),
+    Op.COSH: lambda e, a, out: (e.compute(Op.SINH, a[0]),),
+    Op.TANH: lambda e, a, out: (_one_minus_sq(e, out),),
+    Op.EXP: lambda e, a, out: (out,),
+    Op.LOG: lambda e, a, out: (_div(e, _c(e, 1.0, out), a[0]),),
+    Op.LOG2: lambda e, a, out: (_div(e, _c(e, 1.0 / math.log(2.0), out), a[0]),),
+    Op.SQRT: lambda e, a, out: (_div(e, _c(e, 0.5, out), out),),
+    Op.RSQRT: lambda e, a, out: (_div(e, _mul(e, _c(e, -0.5, out), out), a[0]),),
+    Op.CAST: lambda e, a, out: (_c(e, 1.0, out),) if a[0].dtype.is_float and out.dtype.is_float else (None,),
+    Op.ADD: lambda e, a, out: (_c(e, 1.0, out), _c(e, 1.0, out)),
+    Op.SUB: lambda e, a, out: (_c(e, 1.0, out), _c(e, -1.0, out)),
+    Op.MUL: lambda e, a, out: (a[1], a[0]),
+    Op.DIV: lambda e, a, out: (_div(e, _c(e, 1.0, out), a[1]), e.compute(Op.NEG, _div(e, out, a[1]))),
+    # a mod b = a - b floor(a/b)
+    Op.MOD: lambda e, a, out: (_c(e, 1.0, out), e.compute(Op.NEG, e.compute(Op.FLOOR, _div(e, a[0], a[1])))),
+    Op.POW: _pow,
+    Op.ATAN2: _atan2,
+    # ties send the whole gradient to the first operand, like numpy's minimum/maximum subgradient choice
+    Op.MIN: lambda e, a, out: (_bool_to(e, e.compute(Op.LE, a[0], a[1]), out),
+                               _bool_to(e, e.compute(Op.LE, a[0], a[1]), out, 0.0, 1.0)),
+    Op.MAX: lambda e, a, out: (_bool_to(e, e.compute(Op.GE, a[0], a[1]), out),
+                               _bool_to(e, e.compute(Op.GE, a[0], a[1]), out, 0.0, 1.0)),
+    Op.SELECT: lambda e, a, out: (None, _bool_to(e, a[0], out), _bool_to(e, a[0], out, 0.0, 1.0)),
+    **{op: (lambda e, a, out: (None,) * len(a)) for op in ZERO_GRADIENT},
+}
+
+
+def partials(e, op, args, out):
+    """The partials of `out = op(*args)`, `None` for operands that get no gradient (ints, bools, zero)."""
+    if not out.dtype.is_float:
+        return (None,) * len(args)
+    ps = PARTIALS[op](e, args, out)
+    return tuple(p if p is not None and a.dtype.is_float else None for p, a in zip(ps, args))

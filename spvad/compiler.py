@@ -1,0 +1,127 @@
+"""The compile pipeline of one kernel specialisation: frontend, passes, lowering, validation, pipelines.
+
+`run_passes` lists the passes in order; each is a `Kernel -> Kernel` function in its own module.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from .autodiff.reverse import reverse_task
+from .errors import AdStackOverflowError
+from .ir import nodes as N
+from .ir import simplify, verify
+from .ir.frontend import build_kernel
+from .spirv import tools
+from .spirv.lower import lower_task
+
+
+@dataclass(eq=False)
+class CompiledTask:
+    task: object
+    lowered: object
+    kernel_name: str
+
+    @property
+    def sizer(self):
+        return getattr(self.task, "stack_sizes", None)
+
+    def spec_constants(self, scalars, shapes, num_threads):
+        sizer = self.sizer
+        if sizer is None or not sizer.launch_bounds:
+            return None
+        return sizer.spec_constants(scalars, shapes, num_threads)
+
+    def pipeline(self, rt, spec=None):
+        key = (id(self), tuple(sorted(spec.items())) if spec else ())
+        entry = rt.pipelines.get(key)
+        if entry is None:
+            low = self.lowered
+            p = rt.device.create_pipeline(
+                low.spirv, name=self.kernel_name, num_buffers=len(low.bindings) + (low.flag_binding is not None),
+                push_constant_size=low.push_size, spec_constants=spec or None)
+            entry = rt.pipelines[key] = (p, self)   # holding self keeps id(self) unique
+        return entry[0]
+
+    # ---- adstack overflow flags ----
+    def flag_buffer(self, rt):
+        key = ("flags", id(self))
+        entry = rt.pipelines.get(key)
+        if entry is None:
+            words = 1 + len(self.lowered.adstacks)
+            entry = rt.pipelines[key] = (rt.device.create_buffer(4 * words), self)
+        return entry[0]
+
+    def after_launch(self, rt, spec):
+        if self.lowered.flag_binding is None:
+            return
+        self.last_spec = spec
+        if self not in rt.pending_checks_owners:
+            rt.pending_checks_owners.add(self)
+            rt.pending_checks.append(lambda: self.check_overflow(rt))
+
+    def check_overflow(self, rt):
+        rt.pending_checks_owners.discard(self)
+        buf = self.flag_buffer(rt)
+        words = buf.view(np.uint32)[: 1 + len(self.lowered.adstacks)]
+        if not words[0]:
+            return None
+        bits = int(words[0])
+        stacks = self.lowered.adstacks
+        hit = [k for k in range(len(stacks)) if bits >> k & 1]
+        needed = max(int(words[1 + k]) for k in hit)
+        caps = [self.capacity(stacks[k]) for k in hit]
+        words[:] = 0
+        return AdStackOverflowError(
+            f"kernel {self.kernel_name}: an adstack overflowed on the device (capacity {max(caps)}, the "
+            f"loop needed {needed}); pass ad_stack_size>={needed} (kernel option or sp.init)")
+
+    def capacity(self, stack):
+        spec = getattr(self, "last_spec", None) or {}
+        return spec.get(stack.capacity_spec_id, stack.capacity)
+
+
+@dataclass(eq=False)
+class CompiledKernel:
+    ir: object
+    param_bindings: list
+    captured: list
+    tasks: list
+
+
+def run_passes(kernel, mode, rt, ad_stack_size):
+    """The pass pipeline, in order. The IR is verified after every pass in tests and debug runs."""
+    check = rt.debug or rt.validate_spirv
+    steps = [simplify.simplify]
+    if mode == "reverse":
+        steps += [lambda k: make_reverse_kernel(k, ad_stack_size), simplify.simplify]
+    elif mode != "forward":
+        raise NotImplementedError(f"{mode} mode is not available yet")
+    if check:
+        verify.verify(kernel)
+    for step in steps:
+        kernel = step(kernel)
+        if check:
+            verify.verify(kernel)
+    return kernel
+
+
+def make_reverse_kernel(kernel, ad_stack_size):
+    """The gradient kernel: each task's gradient task, in reverse task order."""
+    opts = {"ad_stack_size": ad_stack_size}
+    grads = [reverse_task(kernel, t, opts) for t in kernel.tasks]
+    tasks = [g for g in reversed(grads) if g is not None]
+    return N.Kernel(kernel.name + "_grad", kernel.arrays, kernel.scalars, tasks, kernel.filename)
+
+
+def compile_kernel(kobj, specs, mode, rt):
+    ir, bindings, captured = build_kernel(kobj.fn, specs)
+    ir = run_passes(ir, mode, rt, kobj.ad_stack_size if kobj.ad_stack_size is not None else rt.ad_stack_size)
+    features = rt.device.info["features"]
+    tasks = []
+    for task in ir.tasks:
+        local = 1 if task.kind == "serial" else rt.device.info.get("preferred_local_size", 128)
+        low = lower_task(ir, task, local_size=local, features=features)
+        if rt.validate_spirv:
+            tools.validate(low.spirv, kernel_name=f"{kobj.name} ({task.name})")
+        tasks.append(CompiledTask(task, low, kobj.name))
+    return CompiledKernel(ir, bindings, captured, tasks)

@@ -1,0 +1,188 @@
+"""Typed IR construction shared by the frontend: constants, casts, numpy-like promotion, Python-semantics ops.
+
+`Emitter` appends statements to the current block; Python scalars stay "weak" (untyped) until combined
+with a typed value, as literals do in numpy and Taichi.
+"""
+from .. import types as T
+from ..errors import CompileError
+from . import nodes as N
+from .ops import Op, result_dtype
+
+PY_SCALARS = (bool, int, float)
+
+_ARITH = {"+": Op.ADD, "-": Op.SUB, "*": Op.MUL, "/": Op.DIV, "//": Op.FLOORDIV, "%": Op.MOD,
+          "&": Op.BIT_AND, "|": Op.BIT_OR, "^": Op.BIT_XOR, "<<": Op.SHL, ">>": Op.SHR}
+_CMP = {"<": Op.LT, "<=": Op.LE, ">": Op.GT, ">=": Op.GE, "==": Op.EQ, "!=": Op.NE}
+_PY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b,
+       "//": lambda a, b: a // b, "%": lambda a, b: a % b, "**": lambda a, b: a ** b,
+       "&": lambda a, b: a & b, "|": lambda a, b: a | b, "^": lambda a, b: a ^ b,
+       "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b, "<": lambda a, b: a < b,
+       "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+       "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+MAX_EXACT_POWER = 32
+
+
+def py_dtype(v):
+    return T.u1 if isinstance(v, bool) else T.i32 if isinstance(v, int) else T.f32
+
+
+class Emitter:
+    def __init__(self):
+        self.block = None   # the Block statements go to
+        self.loc = None     # Loc of the Python statement being compiled
+
+    def error(self, msg):
+        loc = self.loc
+        raise CompileError(msg, loc and loc.filename, loc and loc.lineno, loc and loc.source)
+
+    def emit(self, stmt):
+        stmt.loc = self.loc
+        self.block.append(stmt)
+        return stmt
+
+    # ---- values ----
+    def const(self, v, dtype=None):
+        dtype = dtype or py_dtype(v)
+        if dtype.is_bool:
+            v = bool(v)
+        elif dtype.is_int:
+            v = int(v)
+            v = (v & 0xFFFFFFFF) if dtype == T.u32 else ((v + 2**31) % 2**32) - 2**31
+        else:
+            v = float(v)
+        return self.emit(N.Const(v, dtype))
+
+    def typed(self, v, like=None):
+        """An IR value for `v`; a weak Python scalar takes the type of `like` (a typed statement) if it fits."""
+        if isinstance(v, N.Stmt):
+            return v
+        if isinstance(v, PY_SCALARS):
+            lt = like.dtype if isinstance(like, N.Stmt) else None
+            if isinstance(v, bool) or lt is None:
+                return self.const(v)
+            if isinstance(v, int):
+                return self.const(v, T.i32 if lt.is_bool else lt)
+            return self.const(v, lt if lt.is_float else T.DEFAULT_FLOAT)
+        self.error(f"expected a number, got {type(v).__name__} {v!r}")
+
+    def cast(self, v, dtype):
+        v = self.typed(v)
+        if v.dtype == dtype:
+            return v
+        if isinstance(v, N.Const):
+            return self.const(v.value, dtype)
+        return self.emit(N.Compute(Op.CAST, (v,), dtype))
+
+    def to_bool(self, v):
+        if isinstance(v, PY_SCALARS):
+            return bool(v)
+        v = self.typed(v)
+        if v.dtype.is_bool:
+            return v
+        return self.compute(Op.NE, v, self.const(0, v.dtype))
+
+    def to_float(self, v):
+        v = self.typed(v)
+        return v if v.dtype.is_float else self.cast(v, T.DEFAULT_FLOAT)
+
+    def compute(self, op, *args, dtype=None):
+        try:
+            rd = result_dtype(op, [a.dtype for a in args], dtype)
+        except TypeError as e:
+            self.error(str(e))
+        return self.emit(N.Compute(op, tuple(args), rd))
+
+    # ---- operators with Python/numpy semantics ----
+    def unify(self, a, b):
+        """Promote two operands (weak scalars adapt) to one dtype."""
+        if not isinstance(a, N.Stmt) and not isinstance(b, N.Stmt):
+            a, b = self.typed(a), self.typed(b)
+        a = self.typed(a, like=b)
+        b = self.typed(b, like=a)
+        dt = T.promote(a.dtype, b.dtype) if a.dtype != b.dtype else a.dtype
+        return self.cast(a, dt), self.cast(b, dt)
+
+    def binop(self, sym, a, b):
+        if isinstance(a, PY_SCALARS) and isinstance(b, PY_SCALARS):
+            try:
+                return _PY[sym](a, b)
+            except (ZeroDivisionError, OverflowError, ValueError) as e:
+                self.error(f"constant expression fails: {e}")
+        if sym == "**":
+            return self.power(a, b)
+        if sym == "/":
+            a, b = self.unify(a, b)
+            return self.compute(Op.DIV, self.to_float(a), self.to_float(b))
+        if sym in _CMP:
+            a, b = self.unify(a, b)
+            return self.compute(_CMP[sym], a, b)
+        a, b = self.unify(a, b)
+        if a.dtype.is_bool:
+            if sym in ("&", "|", "^"):
+                return self.compute({"&": Op.AND, "|": Op.OR, "^": Op.NE}[sym], a, b)
+            a, b = self.cast(a, T.i32), self.cast(b, T.i32)
+        if sym in ("&", "|", "^", "<<", ">>") and a.dtype.is_float:
+            self.error(f"operator {sym} needs integers, got {a.dtype}")
+        return self.compute(_ARITH[sym], a, b)
+
+    def power(self, a, b):
+        """`a ** k` with a small constant integer k is exact repeated multiplication; else GLSL pow."""
+        if isinstance(b, float) and b.is_integer() and abs(b) <= MAX_EXACT_POWER:
+            b = int(b)
+            a = self.to_float(a)
+        if isinstance(b, int) and not isinstance(b, bool) and abs(b) <= MAX_EXACT_POWER:
+            a = self.typed(a)
+            if a.dtype.is_bool:
+                a = self.cast(a, T.i32)
+            if b < 0 and not a.dtype.is_float:
+                self.error("integer ** negative power is not supported")
+            result, base, k = None, a, abs(b)
+            while k:   # exponentiation by squaring
+                if k & 1:
+                    result = base if result is None else self.compute(Op.MUL, result, base)
+                k >>= 1
+                if k:
+                    base = self.compute(Op.MUL, base, base)
+            if result is None:
+                return self.const(1, a.dtype)
+            return self.compute(Op.DIV, self.const(1.0, a.dtype), result) if b < 0 else result
+        a, b = self.unify(self.to_float(a) if isinstance(a, N.Stmt) else float(a),
+                          self.to_float(b) if isinstance(b, N.Stmt) else float(b))
+        return self.compute(Op.POW, a, b)
+
+    def unary(self, sym, v):
+        if isinstance(v, PY_SCALARS):
+            return {"-": lambda x: -x, "+": lambda x: +x, "not": lambda x: not x, "~": lambda x: ~x}[sym](v)
+        if sym == "not":
+            return self.compute(Op.NOT, self.to_bool(v))
+        if sym == "+":
+            return v
+        if v.dtype.is_bool:
+            v = self.cast(v, T.i32)
+        if sym == "-":
+            return self.compute(Op.NEG, v)
+        if v.dtype.is_float:
+            self.error("operator ~ needs an integer")
+        return self.compute(Op.BIT_NOT, v)
+
+    def math1(self, op, v):
+        if op in (Op.ABS, Op.SIGN, Op.NEG):
+            v = self.typed(v)
+            return self.compute(op, self.cast(v, T.i32) if v.dtype.is_bool else v)
+        return self.compute(op, self.to_float(v))
+
+    def minmax(self, op, *vals):
+        if len(vals) < 2:
+            self.error("min/max need at least two arguments")
+        acc = vals[0]
+        for v in vals[1:]:
+            a, b = self.unify(acc, v)
+            acc = self.compute(op, a, b)
+        return acc
+
+    def select(self, cond, a, b):
+        cond = self.to_bool(cond)
+        if isinstance(cond, bool):
+            return a if cond else b
+        a, b = self.unify(a, b)
+        return self.compute(Op.SELECT, cond, a, b)

@@ -1,0 +1,676 @@
+"""The frontend: one AST visitor turning a `@sp.kernel` body (and inlined `@sp.func`s) into typed IR.
+
+Top-level `for` loops become parallel tasks (one dispatch each), other top-level statements become
+single-thread tasks; pure top-level assignments (`n = x.shape[0]`) are re-evaluated where used.
+"""
+import ast
+
+from .. import types as T
+from . import nodes as N
+from .emit import PY_SCALARS, Emitter
+from .frontend_calls import CallsMixin
+from .source import FunctionSource
+
+
+class ArraySpec:
+    """What a kernel is specialised on for one ndarray argument."""
+
+    def __init__(self, dtype, ndim, needs_grad=False, needs_dual=False):
+        self.dtype, self.ndim, self.needs_grad, self.needs_dual = dtype, ndim, needs_grad, needs_dual
+
+
+class Lazy:
+    """A pure top-level expression, re-evaluated in each task that uses it."""
+
+    def __init__(self, node, scope):
+        self.node, self.scope = node, scope
+
+
+class FieldRef:
+    """`x.grad` / `x.dual` inside a kernel: the companion buffer of an array."""
+
+    def __init__(self, array, field):
+        self.array, self.field = array, field
+
+
+class ShapeRef:
+    def __init__(self, array):
+        self.array = array
+
+
+class Scope:
+    """Names visible in one (inlined) function: locals, then the function's closure and globals."""
+
+    def __init__(self, src: FunctionSource, names=None):
+        self.src, self.names = src, dict(names or {})
+
+
+PURE_KINDS = (N.Const, N.ScalarArg, N.ArrayShape, N.Compute)
+
+
+class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
+    def __init__(self, src: FunctionSource, specs, resolve_global_array):
+        super().__init__()
+        self.src, self.specs, self.resolve_global_array = src, specs, resolve_global_array
+        self.kernel = N.Kernel(src.name, [], [], [], src.filename)
+        self.param_bindings = []          # per Python parameter: ('array', ArrayParam) | ('scalar', ScalarParam)
+        self.captured = []                # (ArrayParam, python ndarray object)
+        self.loops = []                   # stack of "parallel" | RangeFor | While | "static"
+        self.task = None
+        self.inline_stack = []
+
+    # ---- entry ----
+    def build(self):
+        fn = self.src.tree
+        scope = Scope(self.src)
+        args = fn.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or args.defaults:
+            self.at(fn)
+            self.error("kernel parameters must be plain positional parameters without defaults")
+        if len(args.args) != len(self.specs):
+            self.at(fn)
+            self.error(f"kernel takes {len(args.args)} parameters, specialised with {len(self.specs)}")
+        for a, spec in zip(args.args, self.specs):
+            if isinstance(spec, ArraySpec):
+                p = N.ArrayParam(a.arg, spec.dtype, spec.ndim, len(self.kernel.arrays), spec.needs_grad,
+                                 spec.needs_dual)
+                self.kernel.arrays.append(p)
+                self.param_bindings.append(("array", p))
+                scope.names[a.arg] = p
+            else:
+                p = N.ScalarParam(a.arg, spec, len(self.kernel.scalars))
+                self.kernel.scalars.append(p)
+                self.param_bindings.append(("scalar", p))
+                scope.names[a.arg] = p
+        self.scope = scope
+        body = self.src.body_without_docstring()
+        serial = []
+        for stmt in body:
+            if isinstance(stmt, ast.For) and not self.is_static_iter(stmt.iter):
+                self.flush_serial(serial)
+                self.parallel_task(stmt)
+            elif self.try_lazy_assign(stmt):
+                continue
+            else:
+                serial.append(stmt)
+        self.flush_serial(serial)
+        return self.kernel
+
+    def at(self, node):
+        self.loc = self.src.loc(node)
+
+    def is_static_iter(self, node):
+        return isinstance(node, ast.Call) and getattr(self.peek(node.func), "_spvad_builtin", None) == "static"
+
+    def peek(self, node):
+        """Resolve a Name/Attribute to its Python object without emitting IR (None if not resolvable)."""
+        if isinstance(node, ast.Name):
+            if node.id in self.scope.names:
+                return None
+            return self.src.lookup(node.id, None)
+        if isinstance(node, ast.Attribute):
+            base = self.peek(node.value)
+            return getattr(base, node.attr, None) if base is not None else None
+        return None
+
+    def try_lazy_assign(self, stmt):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+            return False
+        scratch = N.Block()
+        saved, self.block = self.block, scratch
+        try:
+            self.at(stmt)
+            self.task = None
+            value = self.visit(stmt.value)
+        except Exception:
+            return False
+        finally:
+            self.block = saved
+        if all(isinstance(s, PURE_KINDS) for s in scratch.stmts) and (
+                isinstance(value, N.Stmt) or isinstance(value, PY_SCALARS)):
+            self.scope.names[stmt.targets[0].id] = value if isinstance(value, PY_SCALARS) else Lazy(stmt.value, self.scope)
+            return True
+        return False
+
+    # ---- tasks ----
+    def new_task(self, kind, node):
+        header, body = N.Block(), N.Block()
+        task = N.Task(f"{self.kernel.name}_t{len(self.kernel.tasks)}", kind, header, None, body)
+        self.kernel.tasks.append(task)
+        self.task, self.alloca_at = task, 0
+        self.at(node)
+        return task
+
+    def flush_serial(self, stmts):
+        if not stmts:
+            return
+        task = self.new_task("serial", stmts[0])
+        self.block = task.header
+        task.num_threads = self.const(1)
+        self.block = task.body
+        self.visit_body(stmts)
+        stmts.clear()
+
+    def parallel_task(self, node):
+        if node.orelse:
+            self.at(node)
+            self.error("for-else is not supported")
+        task = self.new_task("parallel", node)
+        dims = self.parallel_dims(node)
+        self.block = task.header
+        extents = [self.extent(lo, hi, step) for lo, hi, step in self.eval_dims(dims)]
+        n = extents[0]
+        for e in extents[1:]:
+            n = self.binop("*", n, e)
+        task.num_threads = self.typed(n) if isinstance(n, N.Stmt) else self.const(n)
+        self.block = task.body
+        tid = self.emit(N.ThreadIndex())
+        bounds = self.eval_dims(dims)   # re-evaluated in the body: header values do not dominate it
+        values = []
+        for k in reversed(range(len(bounds))):
+            lo, hi, step = bounds[k]
+            if k == 0:
+                local = tid
+            else:
+                ext = self.extent(lo, hi, step)
+                local = self.binop("%", tid, ext)
+                tid = self.binop("//", tid, ext)
+            values.append(self.binop("+", lo, self.binop("*", local, step) if step != 1 else local))
+        targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
+        if len(targets) != len(values):
+            self.error(f"loop has {len(values)} indices but {len(targets)} targets")
+        for t, v in zip(targets, reversed(values)):
+            if not isinstance(t, ast.Name):
+                self.error("loop targets must be names")
+            self.scope.names[t.id] = v
+        self.loops.append("parallel")
+        if any(self.continues_this_loop(s) for s in node.body):
+            wrap = self.emit(N.RangeFor(self.const(0), self.const(1), 1, N.Block()))
+            self.loops.append(wrap)
+            self.block = wrap.body
+            self.visit_body(node.body)
+            self.loops.pop()
+        else:
+            self.visit_body(node.body)
+        self.loops.pop()
+        for t in targets:
+            self.scope.names.pop(t.id, None)
+
+    def continues_this_loop(self, node):
+        if isinstance(node, ast.Continue):
+            return True
+        if isinstance(node, (ast.For, ast.While, ast.FunctionDef)):
+            return False
+        return any(self.continues_this_loop(c) for c in ast.iter_child_nodes(node))
+
+    def parallel_dims(self, node):
+        """The AST argument lists of each parallel dimension: [(args...)] for range/ndrange."""
+        it = node.iter
+        if not isinstance(it, ast.Call):
+            self.at(node)
+            self.error("a parallel loop must iterate over range(...) or sp.ndrange(...)")
+        fn = self.peek(it.func)
+        if fn is range:
+            return [("range", it.args)]
+        if getattr(fn, "_spvad_builtin", None) == "ndrange":
+            return [("extent", [a]) for a in it.args]
+        self.at(node)
+        self.error("a parallel loop must iterate over range(...) or sp.ndrange(...)")
+
+    def eval_dims(self, dims):
+        out = []
+        for kind, args in dims:
+            if kind == "range":
+                lo, hi, step = self.range_args(args)
+            else:
+                v = self.visit(args[0])
+                if isinstance(v, tuple):
+                    if len(v) != 2:
+                        self.error("sp.ndrange takes extents or (begin, end) pairs")
+                    lo, hi, step = v[0], v[1], 1
+                else:
+                    lo, hi, step = 0, v, 1
+            out.append((self.index_value(lo), self.index_value(hi), step))
+        return out
+
+    def extent(self, lo, hi, step):
+        if step > 0:
+            n = self.binop("-", hi, lo)
+        else:
+            n = self.binop("-", lo, hi)
+        if abs(step) != 1:
+            n = self.binop("//", self.binop("+", n, abs(step) - 1), abs(step))
+        return self.minmax_zero(n)
+
+    def minmax_zero(self, n):
+        if isinstance(n, PY_SCALARS):
+            return max(n, 0)
+        from .ops import Op
+        return self.minmax(Op.MAX, n, 0)
+
+    def range_args(self, args):
+        vals = [self.visit(a) for a in args]
+        if not 1 <= len(vals) <= 3:
+            self.error("range takes 1 to 3 arguments")
+        if len(vals) == 1:
+            vals = [0, vals[0]]
+        step = vals[2] if len(vals) == 3 else 1
+        if not isinstance(step, int) or isinstance(step, bool) or step == 0:
+            self.error("the step of range() must be a nonzero compile-time integer")
+        return vals[0], vals[1], step
+
+    def index_value(self, v):
+        if isinstance(v, bool) or isinstance(v, float):
+            self.error(f"expected an integer, got {v!r}")
+        if isinstance(v, int):
+            return v
+        if not isinstance(v, N.Stmt) or v.dtype.is_float:
+            self.error("indices and loop bounds must be integers")
+        return self.cast(v, T.i32)
+
+    # ---- statements ----
+    def visit_body(self, stmts):
+        for s in stmts:
+            self.at(s)
+            self.visit(s)
+            if self.block.stmts and isinstance(self.block.stmts[-1], (N.Break, N.Continue)):
+                return   # the rest of this block is unreachable
+
+    def generic_visit(self, node):
+        self.at(node) if isinstance(node, ast.stmt) else None
+        name = type(node).__name__
+        hint = {"ListComp": "list comprehensions", "Lambda": "lambda", "Try": "try/except", "With": "with",
+                "DictComp": "dict comprehensions", "SetComp": "set comprehensions", "GeneratorExp":
+                "generator expressions", "FunctionDef": "nested function definitions", "ClassDef": "classes",
+                "Global": "global", "Nonlocal": "nonlocal", "Raise": "raise", "Assert": "assert",
+                "Delete": "del", "Import": "import", "ImportFrom": "import", "Yield": "yield",
+                "Await": "await", "JoinedStr": "f-strings", "List": "lists", "Dict": "dicts", "Set": "sets",
+                "Starred": "star expressions", "NamedExpr": "the walrus operator", "Slice": "slices",
+                "Match": "match"}.get(name, name)
+        self.error(f"unsupported Python in a kernel: {hint}")
+
+    def visit_Expr(self, node):
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return
+        self.visit(node.value)
+
+    def visit_Pass(self, node):
+        pass
+
+    def visit_Assign(self, node):
+        value = self.visit(node.value)
+        for target in node.targets:
+            self.assign(target, value)
+
+    def visit_AnnAssign(self, node):
+        if not isinstance(node.target, ast.Name) or node.value is None:
+            self.error("annotated assignment needs a name and a value")
+        dtype = self.visit(node.annotation)
+        if not isinstance(dtype, T.DType):
+            self.error("annotation of a local must be an spvad dtype such as sp.f32")
+        self.assign(node.target, self.cast(self.visit(node.value), dtype), dtype)
+
+    def assign(self, target, value, dtype=None):
+        if isinstance(target, ast.Tuple):
+            if not isinstance(value, tuple) or len(value) != len(target.elts):
+                self.error("tuple assignment needs a tuple of the same length on the right")
+            for t, v in zip(target.elts, value):
+                self.assign(t, v)
+        elif isinstance(target, ast.Name):
+            self.assign_name(target.id, value, dtype)
+        elif isinstance(target, ast.Subscript):
+            arr, field, idx = self.subscript_target(target)
+            self.emit(N.GlobalStore(arr, idx, self.cast(value, arr.dtype), field))
+        else:
+            self.error("can only assign to names, array elements and tuples of them")
+
+    def assign_name(self, name, value, dtype=None):
+        cur = self.scope.names.get(name)
+        if isinstance(value, (tuple, N.ArrayParam, FieldRef)) and not isinstance(cur, N.Alloca):
+            self.scope.names[name] = value     # compile-time aliases (tuples, arrays)
+            return
+        if isinstance(cur, N.Alloca):
+            self.check_same_task(name, cur)
+            v = self.typed(value, like=N.Const(0, cur.dtype))
+            if cur.dtype.is_int and v.dtype.is_float:
+                self.error(f"local '{name}' holds {cur.dtype} (from its first assignment); assigning a "
+                           f"{v.dtype} would truncate it: give it a float first value, e.g. {name} = 0.0")
+            self.emit(N.LocalStore(cur, self.cast(v, cur.dtype)))
+            return
+        if cur is not None and not isinstance(cur, (Lazy,) + PY_SCALARS) and name not in self.assignable:
+            self.error(f"cannot assign to '{name}' (a loop index or kernel argument)")
+        v = self.typed(value)
+        slot = N.Alloca(dtype or v.dtype, name)
+        slot.loc, slot.task = self.loc, self.task
+        self.task.body.stmts.insert(self.alloca_at, slot)
+        self.alloca_at += 1
+        self.scope.names[name] = slot
+        self.emit(N.LocalStore(slot, self.cast(v, slot.dtype)))
+
+    @property
+    def assignable(self):
+        return getattr(self.scope, "params", ())
+
+    def visit_AugAssign(self, node):
+        sym = self.OPS[type(node.op)]
+        if isinstance(node.target, ast.Subscript):
+            arr, field, idx = self.subscript_target(node.target)
+            value = self.visit(node.value)
+            if sym in ("+", "-"):
+                v = self.cast(value, arr.dtype)
+                if sym == "-":
+                    v = self.unary("-", v)
+                self.emit(N.AtomicRMW("add", arr, idx, v, field))
+                return
+            old = self.emit(N.GlobalLoad(arr, idx, field))
+            self.emit(N.GlobalStore(arr, idx, self.cast(self.binop(sym, old, value), arr.dtype), field))
+        elif isinstance(node.target, ast.Name):
+            cur = self.load_name(node.target.id)
+            self.assign_name(node.target.id, self.binop(sym, cur, self.visit(node.value)))
+        else:
+            self.error("augmented assignment needs a name or an array element")
+
+    def visit_If(self, node):
+        cond = self.to_bool(self.visit(node.test))
+        if isinstance(cond, bool):
+            self.visit_body(node.body if cond else node.orelse)
+            return
+        stmt = self.emit(N.If(cond, N.Block(), N.Block()))
+        self.in_block(stmt.then_body, node.body)
+        self.in_block(stmt.else_body, node.orelse)
+
+    def in_block(self, block, stmts):
+        saved, self.block = self.block, block
+        self.visit_body(stmts)
+        self.block = saved
+
+    def visit_For(self, node):
+        if node.orelse:
+            self.error("for-else is not supported")
+        if self.is_static_iter(node.iter):
+            return self.static_for(node)
+        it = node.iter
+        fn = self.peek(it.func) if isinstance(it, ast.Call) else None
+        if fn is range:
+            dims = [self.range_args(it.args)]
+        elif getattr(fn, "_spvad_builtin", None) == "ndrange":
+            dims = [(0, v, 1) if not isinstance(v, tuple) else (v[0], v[1], 1) for v in map(self.visit, it.args)]
+        else:
+            self.error("a loop must iterate over range(...), sp.ndrange(...) or sp.static(...)")
+        targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
+        if len(targets) != len(dims) or not all(isinstance(t, ast.Name) for t in targets):
+            self.error("loop targets must be names, one per dimension")
+        self.nested_range_for(targets, dims, node.body)
+
+    def nested_range_for(self, targets, dims, body):
+        lo, hi, step = dims[0]
+        loop = self.emit(N.RangeFor(self.cast(self.index_value(lo), T.i32), self.cast(self.index_value(hi), T.i32),
+                                    step, N.Block()))
+        saved, self.block = self.block, loop.body
+        self.scope.names[targets[0].id] = self.emit(N.LoopIndex(loop))
+        self.loops.append(loop)
+        if len(dims) > 1:
+            self.nested_range_for(targets[1:], dims[1:], body)
+        else:
+            self.visit_body(body)
+        self.loops.pop()
+        self.scope.names.pop(targets[0].id, None)
+        self.block = saved
+
+    def static_for(self, node):
+        values = self.visit(node.iter.args[0])
+        if isinstance(values, range):
+            values = list(values)
+        if not isinstance(values, (list, tuple)):
+            self.error("sp.static(...) in a for loop needs a range or tuple known at compile time")
+        self.loops.append("static")
+        for v in values:
+            self.assign_static_target(node.target, v)
+            self.visit_body(node.body)
+        self.loops.pop()
+
+    def assign_static_target(self, target, v):
+        if isinstance(target, ast.Name):
+            self.scope.names[target.id] = v
+        elif isinstance(target, ast.Tuple) and isinstance(v, tuple) and len(v) == len(target.elts):
+            for t, x in zip(target.elts, v):
+                self.assign_static_target(t, x)
+        else:
+            self.error("cannot unpack this static loop value")
+
+    def visit_While(self, node):
+        if node.orelse:
+            self.error("while-else is not supported")
+        loop = self.emit(N.While(N.Block()))
+        saved, self.block = self.block, loop.body
+        cond = self.to_bool(self.visit(node.test))
+        if isinstance(cond, bool):
+            if not cond:
+                self.emit(N.Break())
+        else:
+            self.emit(N.If(self.compute(N.Op.NOT, cond), N.Block([N.Break()]), N.Block()))
+        self.loops.append(loop)
+        if not (self.block.stmts and isinstance(self.block.stmts[-1], N.Break)):
+            self.visit_body(node.body)
+        self.loops.pop()
+        self.block = saved
+
+    def visit_Break(self, node):
+        self.loop_control(N.Break, "break")
+
+    def visit_Continue(self, node):
+        self.loop_control(N.Continue, "continue")
+
+    def loop_control(self, cls, word):
+        if not self.loops or self.loops[-1] == "static":
+            self.error(f"'{word}' outside a loop (or inside sp.static) is not supported")
+        if self.loops[-1] == "parallel":
+            self.error(f"'{word}' cannot leave a parallel (outermost) loop")
+        self.emit(cls())
+
+    def visit_Return(self, node):
+        self.func_return(node)
+
+    # ---- names and subscripts ----
+    def visit_Name(self, node):
+        return self.load_name(node.id)
+
+    def load_name(self, name):
+        if name in self.scope.names:
+            v = self.scope.names[name]
+            if isinstance(v, N.Alloca):
+                self.check_same_task(name, v)
+                return self.emit(N.LocalLoad(v))
+            if isinstance(v, N.ScalarParam):
+                return self.emit(N.ScalarArg(v))
+            if isinstance(v, Lazy):
+                saved, self.scope = self.scope, v.scope
+                try:
+                    return self.visit(v.node)
+                finally:
+                    self.scope = saved
+            return v
+        obj = self.src.lookup(name, KeyError)
+        if obj is KeyError:
+            self.error(f"unknown name '{name}'")
+        return self.global_object(name, obj)
+
+    def check_same_task(self, name, slot):
+        if slot.task is not self.task:
+            self.error(f"local '{name}' belongs to another top-level statement (a separate dispatch); "
+                       "compute it inside this loop or pass it through an array")
+
+    def global_object(self, name, obj):
+        if getattr(obj, "_spvad_ndarray", False):
+            for p, o in self.captured:
+                if o is obj:
+                    return p
+            p = N.ArrayParam(name, obj.dtype, obj.ndim, len(self.kernel.arrays), obj.grad is not None,
+                             obj.dual is not None)
+            self.kernel.arrays.append(p)
+            self.captured.append((p, obj))
+            self.resolve_global_array(name, obj)
+            return p
+        if isinstance(obj, (int, float, bool)):
+            return obj
+        return obj   # modules, functions, dtypes: resolved further by attribute access or calls
+
+    def visit_Attribute(self, node):
+        base = self.visit(node.value)
+        if isinstance(base, N.ArrayParam):
+            if node.attr == "shape":
+                return ShapeRef(base)
+            if node.attr in ("grad", "dual"):
+                if not (base.needs_grad if node.attr == "grad" else base.needs_dual):
+                    self.error(f"array '{base.name}' has no .{node.attr} (create it with needs_{node.attr}=True)")
+                return FieldRef(base, node.attr)
+            self.error(f"arrays have no attribute '{node.attr}' in kernels")
+        if isinstance(base, (N.Stmt,) + PY_SCALARS):
+            self.error(f"values have no attribute '{node.attr}'")
+        try:
+            return getattr(base, node.attr)
+        except AttributeError:
+            self.error(f"'{getattr(base, '__name__', base)}' has no attribute '{node.attr}'")
+
+    def visit_Subscript(self, node):
+        base = self.visit(node.value)
+        if isinstance(base, ShapeRef):
+            k = self.visit(node.slice)
+            if not isinstance(k, int) or not -base.array.ndim <= k < base.array.ndim:
+                self.error(f"shape index must be a constant in range for a {base.array.ndim}-d array")
+            return self.emit(N.ArrayShape(base.array, k % base.array.ndim))
+        if isinstance(base, (N.ArrayParam, FieldRef)):
+            arr, field, idx = self.subscript_target(node)
+            return self.emit(N.GlobalLoad(arr, idx, field))
+        if isinstance(base, tuple):
+            k = self.visit(node.slice)
+            if not isinstance(k, int):
+                self.error("tuples can only be indexed with compile-time integers")
+            return base[k]
+        self.error("only arrays, shapes and tuples can be indexed")
+
+    def subscript_target(self, node):
+        base = self.visit(node.value)
+        arr, field = (base.array, base.field) if isinstance(base, FieldRef) else (base, "primal")
+        if not isinstance(arr, N.ArrayParam):
+            self.error("only array elements can be assigned to")
+        sl = node.slice
+        if isinstance(sl, ast.Constant) and sl.value is None:
+            raw = []
+        elif isinstance(sl, ast.Tuple):
+            raw = [self.visit(e) for e in sl.elts]
+        else:
+            raw = [self.visit(sl)]
+        if len(raw) != arr.ndim:
+            self.error(f"array '{arr.name}' has {arr.ndim} dimension(s), indexed with {len(raw)}")
+        idx = tuple(self.cast(self.index_value(i), T.i32) for i in raw)
+        return arr, field, idx
+
+    # ---- expressions ----
+    OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+           ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>",
+           ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, (bool, int, float)) or node.value is None:
+            return node.value
+        self.error(f"unsupported constant {node.value!r} in a kernel")
+
+    def visit_Tuple(self, node):
+        return tuple(self.visit(e) for e in node.elts)
+
+    def visit_BinOp(self, node):
+        if type(node.op) not in self.OPS:
+            self.error("unsupported operator")
+        return self.binop(self.OPS[type(node.op)], self.visit(node.left), self.visit(node.right))
+
+    def visit_UnaryOp(self, node):
+        sym = {ast.USub: "-", ast.UAdd: "+", ast.Not: "not", ast.Invert: "~"}[type(node.op)]
+        return self.unary(sym, self.visit(node.operand))
+
+    def visit_Compare(self, node):
+        result, left = None, self.visit(node.left)
+        for op, comp in zip(node.ops, node.comparators):
+            if type(op) not in self.OPS:
+                self.error("unsupported comparison (is / in)")
+            right = self.visit(comp)
+            c = self.binop(self.OPS[type(op)], left, right)
+            result = c if result is None else self.binop("&", self.to_bool(result), self.to_bool(c))
+            left = right
+        return result
+
+    def visit_BoolOp(self, node):
+        is_and = isinstance(node.op, ast.And)
+        return self.short_circuit(node.values, is_and)
+
+    def short_circuit(self, values, is_and):
+        first = self.to_bool(self.visit(values[0]))
+        if len(values) == 1:
+            return first
+        if isinstance(first, bool):
+            return self.short_circuit(values[1:], is_and) if first == is_and else first
+        rest_block = N.Block()
+        saved, self.block = self.block, rest_block
+        rest = self.to_bool(self.short_circuit(values[1:], is_and))
+        self.block = saved
+        if isinstance(rest, bool):
+            self.block.stmts.extend(rest_block.stmts)
+            return first if rest == is_and else rest
+        if self.is_pure_block(rest_block):
+            self.block.stmts.extend(rest_block.stmts)
+            return self.compute(N.Op.AND if is_and else N.Op.OR, first, rest)
+        tmp = self.temp_slot(T.u1, first)
+        cond = first if is_and else self.compute(N.Op.NOT, first)
+        rest_block.append(N.LocalStore(tmp, rest))
+        self.emit(N.If(cond, rest_block, N.Block()))
+        return self.emit(N.LocalLoad(tmp))
+
+    def is_pure_block(self, block):
+        return all(isinstance(s, PURE_KINDS + (N.LocalLoad, N.LoopIndex, N.ThreadIndex)) for s in block.stmts)
+
+    def temp_slot(self, dtype, init):
+        slot = N.Alloca(dtype, "tmp")
+        slot.loc, slot.task = self.loc, self.task
+        self.task.body.stmts.insert(self.alloca_at, slot)
+        self.alloca_at += 1
+        self.emit(N.LocalStore(slot, self.cast(init, dtype)))
+        return slot
+
+    def visit_IfExp(self, node):
+        cond = self.to_bool(self.visit(node.test))
+        if isinstance(cond, bool):
+            return self.visit(node.body if cond else node.orelse)
+        blocks, vals = [N.Block(), N.Block()], []
+        for b, n in zip(blocks, (node.body, node.orelse)):
+            saved, self.block = self.block, b
+            vals.append(self.visit(n))
+            self.block = saved
+        if all(self.is_pure_block(b) for b in blocks):
+            for b in blocks:
+                self.block.stmts.extend(b.stmts)
+            return self.select(cond, vals[0], vals[1])
+        a, b = vals
+        probe_a, probe_b = self.typed_probe(a), self.typed_probe(b)
+        dt = T.promote(probe_a, probe_b) if probe_a != probe_b else probe_a
+        tmp = self.temp_slot(dt, 0)
+        for blk, v in zip(blocks, vals):
+            saved, self.block = self.block, blk
+            self.emit(N.LocalStore(tmp, self.cast(v, dt)))
+            self.block = saved
+        self.emit(N.If(cond, blocks[0], blocks[1]))
+        return self.emit(N.LocalLoad(tmp))
+
+    def typed_probe(self, v):
+        if isinstance(v, N.Stmt):
+            return v.dtype
+        from .emit import py_dtype
+        return py_dtype(v)
+
+
+def build_kernel(pyfunc, specs, resolve_global_array=lambda name, obj: None):
+    """Compile `pyfunc` for argument `specs` (ArraySpec or DType per parameter) into a Kernel.
+
+    Returns (kernel, param_bindings, captured)."""
+    b = KernelBuilder(FunctionSource.of(pyfunc), specs, resolve_global_array)
+    kernel = b.build()
+    return kernel, b.param_bindings, b.captured

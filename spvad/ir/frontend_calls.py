@@ -1,0 +1,181 @@
+"""Calls inside kernels: spvad builtins (math, casts, atomics), Python builtins, and `@sp.func` inlining."""
+import ast
+
+from .. import types as T
+from . import nodes as N
+from .emit import PY_SCALARS
+from .ops import Op
+from .source import FunctionSource
+
+MATH1 = {"sin": Op.SIN, "cos": Op.COS, "tan": Op.TAN, "asin": Op.ASIN, "acos": Op.ACOS, "atan": Op.ATAN,
+         "sinh": Op.SINH, "cosh": Op.COSH, "tanh": Op.TANH, "exp": Op.EXP, "log": Op.LOG, "log2": Op.LOG2,
+         "sqrt": Op.SQRT, "rsqrt": Op.RSQRT, "floor": Op.FLOOR, "ceil": Op.CEIL, "round": Op.ROUND,
+         "abs": Op.ABS, "sign": Op.SIGN}
+ATOMICS = {"atomic_add": "add", "atomic_max": "max", "atomic_min": "min"}
+
+
+class CallsMixin:
+    def visit_Call(self, node):
+        fn = self.visit(node.func)
+        kw = {k.arg: self.visit(k.value) for k in node.keywords}
+        name = getattr(fn, "_spvad_builtin", None)
+        if name in ATOMICS:
+            return self.atomic_call(ATOMICS[name], node)
+        args = [self.visit(a) for a in node.args]
+        if getattr(fn, "_spvad_func", False):
+            if kw:
+                self.error("keyword arguments to @sp.func are not supported")
+            return self.inline(fn, args)
+        if isinstance(fn, T.DType):
+            return self.cast(self.one_arg(args, fn.name), fn)
+        if kw:
+            self.error(f"keyword arguments are not supported when calling {getattr(fn, '__name__', fn)}")
+        if name is not None:
+            return self.builtin(name, args)
+        if fn is abs:
+            return self.math1(Op.ABS, self.one_arg(args, "abs"))
+        if fn is min or fn is max:
+            if all(isinstance(a, PY_SCALARS) for a in args):
+                return fn(*args)
+            return self.minmax(Op.MIN if fn is min else Op.MAX, *args)
+        if fn is int:
+            v = self.one_arg(args, "int")
+            return int(v) if isinstance(v, PY_SCALARS) else self.cast(v, T.i32)
+        if fn is float:
+            v = self.one_arg(args, "float")
+            return float(v) if isinstance(v, PY_SCALARS) else self.cast(v, T.f32 if not (
+                isinstance(v, N.Stmt) and v.dtype == T.f64) else T.f64)
+        if fn is bool:
+            v = self.to_bool(self.one_arg(args, "bool"))
+            return v
+        if fn is len:
+            a = self.one_arg(args, "len")
+            if isinstance(a, N.ArrayParam):
+                return self.emit(N.ArrayShape(a, 0))
+            if isinstance(a, tuple):
+                return len(a)
+        if fn is range:
+            return range(*args) if all(isinstance(a, int) for a in args) else self.error(
+                "range(...) is only supported as the iterable of a for loop")
+        self.error(f"cannot call {getattr(fn, '__name__', repr(fn))} inside a kernel "
+                   "(only spvad builtins, @sp.func functions and abs/min/max/int/float/bool/len)")
+
+    def one_arg(self, args, what):
+        if len(args) != 1:
+            self.error(f"{what}() takes exactly one argument")
+        return args[0]
+
+    def builtin(self, name, args):
+        if name in MATH1:
+            v = self.one_arg(args, f"sp.{name}")
+            if isinstance(v, PY_SCALARS):
+                v = self.const(float(v))
+            return self.math1(MATH1[name], v)
+        if name in ("min", "max"):
+            return self.minmax(Op.MIN if name == "min" else Op.MAX, *args)
+        if name == "static":
+            return self.one_arg(args, "sp.static")
+        if name == "ndrange":
+            self.error("sp.ndrange(...) is only supported as the iterable of a for loop")
+        if len(args) == 2 and name in ("atan2", "pow"):
+            a, b = args
+            a, b = self.unify(self.to_float(a), self.to_float(b)) if isinstance(a, N.Stmt) or isinstance(
+                b, N.Stmt) else (self.to_float(a), self.to_float(b))
+            if name == "pow":
+                return self.compute(Op.POW, a, b)
+            return self.compute(Op.ATAN2, a, b)
+        if name == "clamp" and len(args) == 3:
+            return self.minmax(Op.MAX, self.minmax(Op.MIN, args[0], args[2]), args[1])
+        if name == "select" and len(args) == 3:
+            return self.select(*args)
+        if name == "cast" and len(args) == 2 and isinstance(args[1], T.DType):
+            return self.cast(args[0], args[1])
+        self.error(f"wrong arguments for sp.{name}")
+
+    def atomic_call(self, kind, node):
+        if len(node.args) != 2 or not isinstance(node.args[0], ast.Subscript):
+            self.error(f"sp.atomic_{kind}(x[i], value) takes an array element and a value")
+        arr, field, idx = self.subscript_target(node.args[0])
+        value = self.cast(self.visit(node.args[1]), arr.dtype)
+        return self.emit(N.AtomicRMW(kind, arr, idx, value, field))
+
+    # ---- @sp.func inlining ----
+    def inline(self, func, args):
+        if func in self.inline_stack:
+            self.error(f"recursion is not supported (@sp.func {func.fn.__name__} calls itself)")
+        src = func.source()
+        params = src.tree.args
+        if params.vararg or params.kwarg or params.kwonlyargs:
+            self.error("@sp.func parameters must be plain positional parameters")
+        names = [a.arg for a in params.args]
+        defaults = list(func.fn.__defaults__ or ())
+        if not len(names) - len(defaults) <= len(args) <= len(names):
+            self.error(f"{src.name}() takes {len(names)} arguments, got {len(args)}")
+        args = args + defaults[len(args) - len(names):] if len(args) < len(names) else args
+        from .frontend import Scope
+        scope = Scope(src)
+        scope.params = set(names)
+        assigned = src.assigned_names()
+        saved = (self.scope, self.loops, self.src, getattr(self, "return_slot", None), self.loc)
+        self.scope, self.loops, self.src, self.return_slot = scope, [], src, None
+        self.inline_stack.append(func)
+        try:
+            for n, v in zip(names, args):
+                if n in assigned and isinstance(v, (N.Stmt,) + PY_SCALARS):
+                    self.assign_name(n, v)
+                else:
+                    scope.names[n] = v
+            return self.func_body(src)
+        finally:
+            self.inline_stack.pop()
+            self.scope, self.loops, self.src, self.return_slot, self.loc = saved
+
+    def func_body(self, src):
+        body = src.body_without_docstring()
+        all_returns = [n for n in ast.walk(src.tree) if isinstance(n, ast.Return)]
+        tails = tail_returns(body)
+        if any(r not in tails for r in all_returns):
+            bad = next(r for r in all_returns if r not in tails)
+            self.at(bad)
+            self.error("return is only supported at the end of a @sp.func (or at the end of both "
+                       "branches of a final if/else)")
+        if body and isinstance(body[-1], ast.Return) and len(all_returns) == 1:
+            self.visit_body(body[:-1])
+            self.at(body[-1])
+            return self.visit(body[-1].value) if body[-1].value is not None else None
+        self.visit_body(body)
+        return self.emit(N.LocalLoad(self.return_slot)) if self.return_slot is not None else None
+
+    def func_return(self, node):
+        if not self.inline_stack:
+            self.error("return is not supported in a kernel (write results into an array)")
+        if node.value is None:
+            self.error("a bare return in a @sp.func with return values is not supported")
+        v = self.visit(node.value)
+        if isinstance(v, tuple):
+            self.error("returning a tuple is only supported from a single final return statement")
+        if self.return_slot is None:
+            v = self.typed(v)
+            self.return_slot = N.Alloca(v.dtype, "ret")
+            self.return_slot.loc, self.return_slot.task = self.loc, self.task
+            self.task.body.stmts.insert(self.alloca_at, self.return_slot)
+            self.alloca_at += 1
+        self.emit(N.LocalStore(self.return_slot, self.cast(v, self.return_slot.dtype)))
+
+
+def tail_returns(stmts):
+    """Return statements in tail position: the last statement, or the tails of a final if/else."""
+    if not stmts:
+        return set()
+    last = stmts[-1]
+    if isinstance(last, ast.Return):
+        return {last}
+    if isinstance(last, ast.If) and last.orelse:
+        a, b = tail_returns(last.body), tail_returns(last.orelse)
+        if a and b:
+            return a | b
+    return set()
+
+
+def func_source(fn):
+    return FunctionSource.of(fn)

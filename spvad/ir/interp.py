@@ -1,0 +1,337 @@
+"""Reference interpreter of the IR: the semantic oracle that Vulkan results are compared against.
+
+Runs each task's body once per thread, sequentially, on numpy scalars of each statement's dtype (so f32
+math stays f32). Only meant for small test sizes.
+"""
+import math
+
+import numpy as np
+
+from ..errors import SpvadError
+from . import nodes as N
+from .ops import Op
+
+
+class InterpError(SpvadError):
+    """The interpreter met undefined behaviour (division by zero, adstack underflow, runaway loop...)."""
+
+
+class OutOfBoundsError(InterpError, IndexError):
+    """A global access outside its array."""
+
+
+# ---- scalar semantics ---------------------------------------------------------------------------------
+def _wrap(v, dt):
+    """An integer Python value wrapped to `dt`'s 32 bits, as the GPU's two's-complement arithmetic does."""
+    v = int(v) & 0xFFFFFFFF
+    if dt.kind == "i" and v >= 0x80000000:
+        v -= 0x100000000
+    return dt.np.type(v)
+
+
+def _arith(int_fn, float_fn):
+    """One row for an op whose integer form is computed on Python ints and wrapped to 32 bits."""
+    return lambda dt, *a: _wrap(int_fn(*map(int, a)), dt) if dt.is_int else float_fn(*a)
+
+
+def _round(dt, a):
+    # Round half away from zero (GLSL Round is implementation-defined; SPIR-V lowering must emit the same:
+    # trunc(x) + sign(x) where |x - trunc(x)| >= 0.5). `a - trunc(a)` is exact in floating point.
+    t = np.trunc(a)
+    return t + np.sign(a) if abs(a - t) >= 0.5 else t
+
+
+def _sign(dt, a):
+    if dt.is_int:
+        return dt.np.type((int(a) > 0) - (int(a) < 0))
+    return np.sign(a)
+
+
+def _int_div(fn):
+    def row(a, b):
+        if b == 0:
+            raise ZeroDivisionError("integer division by zero")
+        return fn(a, b)
+    return row
+
+
+def _shift(fn):
+    # GPU shifts by >= 32 are undefined; we use the low 5 bits of the shift amount, as x86 and most GPUs do.
+    return lambda dt, a, b: _wrap(fn(int(a), int(b) & 31), dt)
+
+
+def _cast(dt, a):
+    """CAST to `dt`: float->int truncates toward zero (and wraps; out of range is undefined on the GPU),
+    bool->number gives 0/1, number->bool is `!= 0`, int->int keeps the 32-bit pattern."""
+    if dt.is_bool:
+        return np.bool_(a != 0)
+    if isinstance(a, np.bool_):
+        return dt.np.type(int(a))
+    if dt.is_int:
+        if isinstance(a, np.floating):
+            if not math.isfinite(a):
+                raise ValueError(f"cast of {a} to {dt} is undefined")
+            return _wrap(math.trunc(float(a)), dt)
+        return _wrap(a, dt)
+    return dt.np.type(a)
+
+
+def _float_only(fn):
+    return lambda dt, *a: fn(*a)
+
+
+# EVAL[op](result_dtype, *operands) -> numpy scalar of result_dtype. Operands are numpy scalars of the
+# operand dtypes; float rows run in numpy (f32 stays f32), integer rows on Python ints wrapped to 32 bits.
+EVAL = {
+    Op.NEG: _arith(lambda a: -a, lambda a: -a),
+    Op.ABS: _arith(abs, np.abs),
+    Op.SIGN: _sign,
+    Op.SIN: _float_only(np.sin), Op.COS: _float_only(np.cos), Op.TAN: _float_only(np.tan),
+    Op.ASIN: _float_only(np.arcsin), Op.ACOS: _float_only(np.arccos), Op.ATAN: _float_only(np.arctan),
+    Op.SINH: _float_only(np.sinh), Op.COSH: _float_only(np.cosh), Op.TANH: _float_only(np.tanh),
+    Op.EXP: _float_only(np.exp), Op.LOG: _float_only(np.log), Op.LOG2: _float_only(np.log2),
+    Op.SQRT: _float_only(np.sqrt),
+    Op.RSQRT: lambda dt, a: dt.np.type(1) / np.sqrt(a),
+    Op.FLOOR: _float_only(np.floor), Op.CEIL: _float_only(np.ceil),
+    Op.ROUND: _round,
+    Op.NOT: lambda dt, a: np.bool_(not a),
+    Op.BIT_NOT: lambda dt, a: _wrap(~int(a), dt),
+    Op.CAST: _cast,
+    Op.ADD: _arith(lambda a, b: a + b, lambda a, b: a + b),
+    Op.SUB: _arith(lambda a, b: a - b, lambda a, b: a - b),
+    Op.MUL: _arith(lambda a, b: a * b, lambda a, b: a * b),
+    Op.DIV: lambda dt, a, b: a / b,
+    # Python semantics: floor division, remainder with the sign of the divisor (ints and floats).
+    Op.FLOORDIV: _arith(_int_div(lambda a, b: a // b), np.floor_divide),
+    Op.MOD: _arith(_int_div(lambda a, b: a % b), np.mod),
+    Op.POW: _float_only(np.power),
+    Op.ATAN2: _float_only(np.arctan2),
+    Op.MIN: lambda dt, a, b: b if b < a else a,
+    Op.MAX: lambda dt, a, b: b if b > a else a,
+    Op.BIT_AND: lambda dt, a, b: _wrap(int(a) & int(b), dt),
+    Op.BIT_OR: lambda dt, a, b: _wrap(int(a) | int(b), dt),
+    Op.BIT_XOR: lambda dt, a, b: _wrap(int(a) ^ int(b), dt),
+    Op.SHL: _shift(lambda a, n: a << n),
+    Op.SHR: _shift(lambda a, n: a >> n),   # Python's >> is arithmetic on i32, logical on (non-negative) u32
+    Op.LT: lambda dt, a, b: a < b, Op.LE: lambda dt, a, b: a <= b,
+    Op.GT: lambda dt, a, b: a > b, Op.GE: lambda dt, a, b: a >= b,
+    Op.EQ: lambda dt, a, b: a == b, Op.NE: lambda dt, a, b: a != b,
+    Op.AND: lambda dt, a, b: np.bool_(a and b),
+    Op.OR: lambda dt, a, b: np.bool_(a or b),
+    Op.SELECT: lambda dt, c, a, b: a if c else b,
+}
+
+
+def to_scalar(value, dt):
+    """A Python or numpy value as a numpy scalar of `dt`."""
+    return np.bool_(value) if dt.is_bool else dt.np.type(value)
+
+
+def eval_op(op, dtype, args):
+    """Evaluate one Compute: `op` on numpy-scalar `args`, result a numpy scalar of `dtype`.
+
+    Raises ZeroDivisionError/ValueError for undefined integer results; float overflow and division by
+    zero give inf/nan silently, as on the GPU."""
+    with np.errstate(all="ignore"):
+        return to_scalar(EVAL[op](dtype, *args), dtype)
+
+
+# ---- headers ------------------------------------------------------------------------------------------
+def _eval_header(task, scalars, shapes):
+    env = {}
+    for s in task.header.stmts:
+        if isinstance(s, N.Const):
+            env[s] = to_scalar(s.value, s.dtype)
+        elif isinstance(s, N.ScalarArg):
+            env[s] = to_scalar(scalars[s.param.index], s.dtype)
+        elif isinstance(s, N.ArrayShape):
+            if shapes[s.array.index] is None:
+                raise InterpError(f"task {task.name}: no shape for array {s.array.name}")
+            env[s] = to_scalar(shapes[s.array.index][s.axis], s.dtype)
+        elif isinstance(s, N.Compute):
+            env[s] = eval_op(s.op, s.dtype, [env[a] for a in s.args])
+        else:
+            raise InterpError(f"task {task.name}: {type(s).__name__} is not allowed in a task header")
+    return env
+
+
+def eval_num_threads(task, scalars, shapes):
+    """Number of threads of `task`: a straight-line evaluation of its header (shapes: one tuple per array)."""
+    return int(_eval_header(task, scalars, shapes)[task.num_threads])
+
+
+# ---- bodies -------------------------------------------------------------------------------------------
+_BREAK, _CONTINUE = object(), object()
+MAX_WHILE_ITERATIONS = 10_000_000
+
+
+class _AdStack:
+    """Per-thread adstack. Overflow choice (mirrored by the SPIR-V lowering): `count` always tracks the
+    logical depth, so pushes and pops stay balanced after an overflow; entries are written only while
+    count < capacity; loads clamp their index to capacity-1; an adjoint accumulation into an entry that
+    was never stored is dropped. The depth that would have been needed is the logical depth."""
+
+    def __init__(self, stmt):
+        if not isinstance(stmt.capacity, int) or stmt.capacity < 1:
+            raise InterpError(f"adstack {stmt.name or stmt.id} has no capacity (got {stmt.capacity!r})")
+        self.cap, self.dtype, self.count = stmt.capacity, stmt.dtype, 0
+        zero = to_scalar(0, stmt.dtype)
+        self.primal, self.adjoint = [zero] * self.cap, [zero] * self.cap
+
+    def top(self):
+        if self.count < 1:
+            raise InterpError("adstack underflow: load/accumulate on an empty stack")
+        return min(self.count, self.cap) - 1
+
+
+class _Thread:
+    def __init__(self, run, tid):
+        self.run, self.env, self.tid = run, {}, tid
+        self.loop_index = {}
+        self.stacks = {}
+
+    def idx(self, s):
+        buf = self.run.buffer(s.array, s.field)
+        idx = tuple(int(self.env[i]) for i in s.indices)
+        if len(idx) != buf.ndim or any(not 0 <= i < n for i, n in zip(idx, buf.shape)):
+            raise OutOfBoundsError(f"{s.array.name}.{s.field}{list(idx)} is out of bounds for shape "
+                                   f"{buf.shape}" + (f" ({s.loc})" if s.loc else ""))
+        return buf, idx
+
+    def block(self, block):
+        for s in block.stmts:
+            sig = self.stmt(s)
+            if sig is not None:
+                return sig
+        return None
+
+    def loop_body(self, body):
+        """Run one iteration; True when the loop must stop."""
+        return self.block(body) is _BREAK
+
+    def stmt(self, s):
+        env = self.env
+        if isinstance(s, N.Compute):
+            try:
+                env[s] = eval_op(s.op, s.dtype, [env[a] for a in s.args])
+            except (ArithmeticError, ValueError) as e:
+                raise InterpError(f"{s.op.value}: {e}" + (f" ({s.loc})" if s.loc else "")) from e
+        elif isinstance(s, N.Const):
+            env[s] = to_scalar(s.value, s.dtype)
+        elif isinstance(s, N.ScalarArg):
+            env[s] = to_scalar(self.run.scalars[s.param.index], s.dtype)
+        elif isinstance(s, N.ArrayShape):
+            env[s] = to_scalar(self.run.shape(s.array)[s.axis], s.dtype)
+        elif isinstance(s, N.ThreadIndex):
+            env[s] = to_scalar(self.tid, s.dtype)
+        elif isinstance(s, N.LoopIndex):
+            env[s] = to_scalar(self.loop_index[s.loop], s.dtype)
+        elif isinstance(s, N.Alloca):
+            env[s] = to_scalar(0, s.dtype)
+        elif isinstance(s, N.LocalLoad):
+            env[s] = env[s.slot]
+        elif isinstance(s, N.LocalStore):
+            env[s.slot] = env[s.value]
+        elif isinstance(s, N.GlobalLoad):
+            buf, idx = self.idx(s)
+            env[s] = to_scalar(buf[idx], s.dtype)
+        elif isinstance(s, N.GlobalStore):
+            buf, idx = self.idx(s)
+            buf[idx] = env[s.value]
+        elif isinstance(s, N.AtomicRMW):
+            buf, idx = self.idx(s)
+            old = to_scalar(buf[idx], s.dtype)
+            op = {"add": Op.ADD, "max": Op.MAX, "min": Op.MIN}[s.kind]
+            buf[idx] = eval_op(op, s.dtype, [old, env[s.value]])
+            env[s] = old
+        elif isinstance(s, N.RangeFor):
+            i, end = int(env[s.begin]), int(env[s.end])
+            while (i < end) if s.step > 0 else (i > end):
+                self.loop_index[s] = i
+                if self.loop_body(s.body):
+                    break
+                i += s.step
+        elif isinstance(s, N.While):
+            for _ in range(MAX_WHILE_ITERATIONS):
+                if self.loop_body(s.body):
+                    break
+            else:
+                raise InterpError(f"while loop ran {MAX_WHILE_ITERATIONS} iterations")
+        elif isinstance(s, N.If):
+            return self.block(s.then_body if env[s.cond] else s.else_body)
+        elif isinstance(s, N.Break):
+            return _BREAK
+        elif isinstance(s, N.Continue):
+            return _CONTINUE
+        else:
+            self.adstack(s)
+        return None
+
+    def adstack(self, s):
+        if isinstance(s, N.AdStackAlloca):
+            self.stacks[s] = _AdStack(s)
+            return
+        st = self.stacks[s.stack]
+        if isinstance(s, N.AdStackPush):
+            if st.count < st.cap:
+                st.primal[st.count] = self.env[s.value]
+                st.adjoint[st.count] = to_scalar(0, st.dtype)
+            st.count += 1
+            if st.count > st.cap:
+                self.run.overflow(s.stack, st.count)
+        elif isinstance(s, N.AdStackPop):
+            if st.count < 1:
+                raise InterpError("adstack underflow: pop on an empty stack")
+            st.count -= 1
+        elif isinstance(s, N.AdStackLoadTop):
+            self.env[s] = st.primal[st.top()]
+        elif isinstance(s, N.AdStackLoadTopAdj):
+            self.env[s] = st.adjoint[st.top()]
+        elif isinstance(s, N.AdStackAccAdjoint):
+            k = st.top()
+            if st.count <= st.cap:
+                st.adjoint[k] = eval_op(Op.ADD, st.dtype, [st.adjoint[k], self.env[s.value]])
+        else:
+            raise InterpError(f"cannot interpret {type(s).__name__}")
+
+
+class _TaskRun:
+    def __init__(self, kernel, task, buffers, scalars, flags):
+        self.kernel, self.task, self.buffers, self.scalars, self.flags = kernel, task, buffers, scalars, flags
+        self.stack_index = {st: k for k, st in enumerate(N.adstacks_of(task))}
+
+    def buffer(self, array, field):
+        try:
+            return self.buffers[(array.index, field)]
+        except KeyError:
+            raise InterpError(f"no buffer for {array.name}.{field} (array {array.index})") from None
+
+    def shape(self, array):
+        for f in ("primal", "grad", "dual"):
+            if (array.index, f) in self.buffers:
+                return self.buffers[(array.index, f)].shape
+        raise InterpError(f"no buffer for array {array.name}")
+
+    def overflow(self, stack, depth):
+        if self.flags is None:
+            return
+        k = self.stack_index[stack]
+        self.flags[0] |= np.uint32(1 << k)
+        w = N.FLAG_WORDS_HEADER + k
+        self.flags[w] = max(int(self.flags[w]), depth)
+
+
+def run_kernel(kernel, buffers, scalars, flags=None):
+    """Run `kernel` on numpy arrays. buffers: {(array_index, "primal"|"grad"|"dual"): ndarray}, mutated in
+    place; scalars: one Python value per Kernel.scalars; flags: optional uint32 adstack-overflow words
+    (layout nodes.FLAG_WORDS_HEADER), one array for all tasks or a list with one array per task."""
+    shapes = []
+    for a in kernel.arrays:
+        bufs = [buffers[(a.index, f)] for f in ("primal", "grad", "dual") if (a.index, f) in buffers]
+        shapes.append(bufs[0].shape if bufs else None)
+    for t, task in enumerate(kernel.tasks):
+        task_flags = flags[t] if isinstance(flags, (list, tuple)) else flags
+        run = _TaskRun(kernel, task, buffers, scalars, task_flags)
+        # Header values do not dominate the body (the body recomputes what it needs).
+        for tid in range(eval_num_threads(task, scalars, shapes)):
+            _Thread(run, tid).block(task.body)

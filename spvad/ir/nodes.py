@@ -1,0 +1,328 @@
+"""IR node kinds, declared once: typed statements in nested blocks with structured control flow.
+
+A statement that produces a value *is* that value (SSA by object identity). Mutable Python locals are
+`Alloca` slots read and written with `LocalLoad`/`LocalStore`. Loops and branches own nested `Block`s.
+"""
+import itertools
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..types import DType, i32, u32
+from .ops import Op
+
+_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class Loc:
+    """Where a statement came from, for error messages and the access checker."""
+    filename: str
+    lineno: int
+    source: str
+
+    def __str__(self):
+        return f"{self.filename}:{self.lineno}: {self.source.strip()}"
+
+
+@dataclass(eq=False)
+class ArrayParam:
+    """An ndarray bound to a kernel (argument or captured global). `index` is its position in Kernel.arrays."""
+    name: str
+    dtype: DType
+    ndim: int
+    index: int
+    needs_grad: bool = False
+    needs_dual: bool = False
+
+
+@dataclass(eq=False)
+class ScalarParam:
+    """A scalar kernel argument, passed in push constants."""
+    name: str
+    dtype: DType
+    index: int
+
+
+class Stmt:
+    """Base of all statements. `dtype` is None for statements that produce no value."""
+    dtype: Optional[DType] = None
+    loc: Optional[Loc] = None
+    VALUE_FIELDS = ()   # names of attributes holding operand statements (or tuples of them)
+    BLOCK_FIELDS = ()   # names of attributes holding nested blocks
+
+    def __post_init__(self):
+        self.id = next(_ids)
+
+    def operands(self):
+        out = []
+        for name in self.VALUE_FIELDS:
+            v = getattr(self, name)
+            if isinstance(v, tuple):
+                out.extend(v)
+            elif v is not None:
+                out.append(v)
+        return out
+
+    def replace_operands(self, mapping):
+        """Swap operand statements found in `mapping` (old -> new), in place."""
+        for name in self.VALUE_FIELDS:
+            v = getattr(self, name)
+            if isinstance(v, tuple):
+                setattr(self, name, tuple(mapping.get(x, x) for x in v))
+            elif v is not None:
+                setattr(self, name, mapping.get(v, v))
+
+    def blocks(self):
+        return [getattr(self, name) for name in self.BLOCK_FIELDS]
+
+
+@dataclass(eq=False)
+class Block:
+    stmts: list = field(default_factory=list)
+
+    def append(self, stmt):
+        self.stmts.append(stmt)
+        return stmt
+
+    def __iter__(self):
+        return iter(self.stmts)
+
+    def __len__(self):
+        return len(self.stmts)
+
+
+def walk(block):
+    """Every statement under `block`, pre-order (a statement before the blocks it owns)."""
+    for s in block.stmts:
+        yield s
+        for b in s.blocks():
+            yield from walk(b)
+
+
+# ---- values -------------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Const(Stmt):
+    value: object
+    dtype: DType
+
+
+@dataclass(eq=False)
+class ScalarArg(Stmt):
+    param: ScalarParam
+
+    @property
+    def dtype(self):
+        return self.param.dtype
+
+
+@dataclass(eq=False)
+class ArrayShape(Stmt):
+    array: ArrayParam
+    axis: int
+    dtype: DType = i32
+
+
+@dataclass(eq=False)
+class ThreadIndex(Stmt):
+    """Linear index of this thread within its parallel task (0 .. num_threads-1)."""
+    dtype: DType = i32
+
+
+@dataclass(eq=False)
+class Compute(Stmt):
+    op: Op
+    args: tuple
+    dtype: DType
+    VALUE_FIELDS = ("args",)
+
+
+# ---- locals -------------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Alloca(Stmt):
+    """A mutable local slot of `dtype` (zero-initialised). Its uses are LocalLoad/LocalStore."""
+    dtype: DType
+    name: str = ""
+
+
+@dataclass(eq=False)
+class LocalLoad(Stmt):
+    slot: Alloca
+    VALUE_FIELDS = ("slot",)
+
+    @property
+    def dtype(self):
+        return self.slot.dtype
+
+
+@dataclass(eq=False)
+class LocalStore(Stmt):
+    slot: Alloca
+    value: Stmt
+    VALUE_FIELDS = ("slot", "value")
+
+
+# ---- global memory ------------------------------------------------------------------------------------
+# `field` picks the buffer: "primal", "grad" (the array's .grad) or "dual" (its .dual).
+@dataclass(eq=False)
+class GlobalLoad(Stmt):
+    array: ArrayParam
+    indices: tuple
+    field: str = "primal"
+    VALUE_FIELDS = ("indices",)
+
+    @property
+    def dtype(self):
+        return self.array.dtype
+
+
+@dataclass(eq=False)
+class GlobalStore(Stmt):
+    array: ArrayParam
+    indices: tuple
+    value: Stmt
+    field: str = "primal"
+    VALUE_FIELDS = ("indices", "value")
+
+
+@dataclass(eq=False)
+class AtomicRMW(Stmt):
+    """Atomic read-modify-write (`kind` in add/max/min); its value is the element's old value."""
+    kind: str
+    array: ArrayParam
+    indices: tuple
+    value: Stmt
+    field: str = "primal"
+    VALUE_FIELDS = ("indices", "value")
+
+    @property
+    def dtype(self):
+        return self.array.dtype
+
+
+# ---- control flow -------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class RangeFor(Stmt):
+    """Serial loop `for i in range(begin, end, step)` inside a thread; `step` is a nonzero Python int."""
+    begin: Stmt
+    end: Stmt
+    step: int
+    body: Block
+    VALUE_FIELDS = ("begin", "end")
+    BLOCK_FIELDS = ("body",)
+
+
+@dataclass(eq=False)
+class LoopIndex(Stmt):
+    """The current index of an enclosing RangeFor."""
+    loop: RangeFor
+    dtype: DType = i32
+
+
+@dataclass(eq=False)
+class While(Stmt):
+    """Loop forever; the body leaves with Break (the frontend puts `if not cond: break` first)."""
+    body: Block
+    BLOCK_FIELDS = ("body",)
+
+
+@dataclass(eq=False)
+class If(Stmt):
+    cond: Stmt
+    then_body: Block
+    else_body: Block
+    VALUE_FIELDS = ("cond",)
+    BLOCK_FIELDS = ("then_body", "else_body")
+
+
+@dataclass(eq=False)
+class Break(Stmt):
+    pass
+
+
+@dataclass(eq=False)
+class Continue(Stmt):
+    pass
+
+
+# ---- adstacks (reverse mode) --------------------------------------------------------------------------
+@dataclass(eq=False)
+class AdStackAlloca(Stmt):
+    """A per-thread stack of `dtype` with room for `capacity` entries (primal + adjoint per entry).
+
+    `capacity` is an int, or None until sizing; `capacity_spec_id` names a specialisation constant when
+    the capacity is chosen at launch."""
+    dtype: DType
+    capacity: Optional[int] = None
+    name: str = ""
+    capacity_spec_id: Optional[int] = None
+
+
+@dataclass(eq=False)
+class AdStackPush(Stmt):
+    stack: AdStackAlloca
+    value: Stmt
+    VALUE_FIELDS = ("stack", "value")
+
+
+@dataclass(eq=False)
+class AdStackPop(Stmt):
+    stack: AdStackAlloca
+    VALUE_FIELDS = ("stack",)
+
+
+@dataclass(eq=False)
+class AdStackLoadTop(Stmt):
+    stack: AdStackAlloca
+    VALUE_FIELDS = ("stack",)
+
+    @property
+    def dtype(self):
+        return self.stack.dtype
+
+
+@dataclass(eq=False)
+class AdStackLoadTopAdj(Stmt):
+    stack: AdStackAlloca
+    VALUE_FIELDS = ("stack",)
+
+    @property
+    def dtype(self):
+        return self.stack.dtype
+
+
+@dataclass(eq=False)
+class AdStackAccAdjoint(Stmt):
+    stack: AdStackAlloca
+    value: Stmt
+    VALUE_FIELDS = ("stack", "value")
+
+
+# ---- kernels ------------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Task:
+    """One dispatch. `header` computes `num_threads` from scalars and shapes only (the host evaluates it
+    too, to size the launch); `body` runs once per thread, `ThreadIndex` giving the thread's index."""
+    name: str
+    kind: str                 # "parallel" or "serial"
+    header: Block
+    num_threads: Stmt
+    body: Block
+
+
+@dataclass(eq=False)
+class Kernel:
+    name: str
+    arrays: list
+    scalars: list
+    tasks: list
+    filename: str = "<unknown>"
+
+
+def adstacks_of(task):
+    return [s for s in walk(task.body) if isinstance(s, AdStackAlloca)]
+
+
+# Flag buffer layout shared by lowering, interpreter and runtime: word 0 = overflow bits (bit k set when
+# stack k of the task overflowed), words 1.. = depth each stack would have needed (atomic max).
+FLAG_WORDS_HEADER = 1
+FLAG_DTYPE = u32

@@ -1,0 +1,120 @@
+"""The one table of IR math operations: each op's arity and how its result type follows from its operands.
+
+Evaluation (ir/interp.py), local partials (autodiff/rules.py) and SPIR-V lowering (spirv/lower.py) are
+each one more table keyed by `Op`; tests check that every table covers every op.
+"""
+import enum
+
+from .. import types as T
+
+
+class Op(enum.Enum):
+    # unary, result type = operand type
+    NEG = "neg"
+    ABS = "abs"
+    SIGN = "sign"
+    # unary, float only
+    SIN = "sin"
+    COS = "cos"
+    TAN = "tan"
+    ASIN = "asin"
+    ACOS = "acos"
+    ATAN = "atan"
+    SINH = "sinh"
+    COSH = "cosh"
+    TANH = "tanh"
+    EXP = "exp"
+    LOG = "log"
+    LOG2 = "log2"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    ROUND = "round"
+    # logical / bitwise unary
+    NOT = "not"           # bool -> bool
+    BIT_NOT = "bit_not"   # int -> int
+    CAST = "cast"         # result type is the statement's dtype
+    # binary arithmetic, result = promoted operand type (operands already promoted by the frontend)
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"           # true division on floats; truncating on ints is never produced
+    FLOORDIV = "floordiv"  # Python semantics (floor), ints and floats
+    MOD = "mod"           # Python semantics (sign of divisor), ints and floats
+    POW = "pow"           # floats, GLSL pow (base > 0)
+    ATAN2 = "atan2"       # floats
+    MIN = "min"
+    MAX = "max"
+    # bitwise binary on ints
+    BIT_AND = "bit_and"
+    BIT_OR = "bit_or"
+    BIT_XOR = "bit_xor"
+    SHL = "shl"
+    SHR = "shr"
+    # comparisons -> bool
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    EQ = "eq"
+    NE = "ne"
+    # logical on bools (both operands evaluated; short-circuit is control flow in the frontend)
+    AND = "and"
+    OR = "or"
+    # ternary
+    SELECT = "select"     # (cond: bool, a, b) -> a if cond else b
+
+
+UNARY_SAME = {Op.NEG, Op.ABS, Op.SIGN}
+UNARY_FLOAT = {Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.TANH, Op.EXP,
+               Op.LOG, Op.LOG2, Op.SQRT, Op.RSQRT, Op.FLOOR, Op.CEIL, Op.ROUND}
+BINARY_ARITH = {Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MOD, Op.MIN, Op.MAX}
+BINARY_FLOAT = {Op.POW, Op.ATAN2}
+BINARY_BITWISE = {Op.BIT_AND, Op.BIT_OR, Op.BIT_XOR, Op.SHL, Op.SHR}
+COMPARISONS = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE}
+LOGICAL = {Op.AND, Op.OR}
+
+ARITY = {**{op: 1 for op in UNARY_SAME | UNARY_FLOAT | {Op.NOT, Op.BIT_NOT, Op.CAST}},
+         **{op: 2 for op in BINARY_ARITH | BINARY_FLOAT | BINARY_BITWISE | COMPARISONS | LOGICAL},
+         Op.SELECT: 3}
+
+
+def result_dtype(op, operand_dtypes, cast_to=None):
+    """Result dtype of `op`; raises TypeError naming the op when operand types do not fit it."""
+    d = operand_dtypes
+    if len(d) != ARITY[op]:
+        raise TypeError(f"{op.value} takes {ARITY[op]} operands, got {len(d)}")
+    if op is Op.CAST:
+        return cast_to
+    if op is Op.SELECT:
+        if not d[0].is_bool or d[1] != d[2]:
+            raise TypeError(f"select needs (bool, T, T), got {d}")
+        return d[1]
+    if op in UNARY_SAME:
+        if d[0].is_bool:
+            raise TypeError(f"{op.value} does not apply to bool")
+        return d[0]
+    if op in UNARY_FLOAT or op in BINARY_FLOAT:
+        if not all(t.is_float for t in d) or len(set(d)) != 1:
+            raise TypeError(f"{op.value} needs float operands of one type, got {d}")
+        return d[0]
+    if op is Op.NOT or op in LOGICAL:
+        if not all(t.is_bool for t in d):
+            raise TypeError(f"{op.value} needs bool operands, got {d}")
+        return T.u1
+    if op is Op.BIT_NOT or op in BINARY_BITWISE:
+        if not all(t.is_int for t in d) or len(set(d)) != 1:
+            raise TypeError(f"{op.value} needs integer operands of one type, got {d}")
+        return d[0]
+    if op in COMPARISONS:
+        if d[0] != d[1]:
+            raise TypeError(f"{op.value} needs operands of one type, got {d}")
+        return T.u1
+    if op in BINARY_ARITH:
+        if d[0] != d[1] or d[0].is_bool:
+            raise TypeError(f"{op.value} needs numeric operands of one type, got {d}")
+        if op is Op.DIV and not d[0].is_float:
+            raise TypeError("true division needs float operands")
+        return d[0]
+    raise TypeError(f"no type rule for {op}")

@@ -1,0 +1,238 @@
+"""simplify: constant folding, exact algebraic identities, CSE, static-if folding and dead-code elimination.
+
+Folding evaluates with interp.EVAL so it can never disagree with the oracle. Values are only replaced by
+values that dominate them (defined earlier in the same or an enclosing block of the same task part).
+"""
+from . import nodes as N
+from .interp import eval_op, to_scalar
+from .ops import Op
+
+PURE = (N.Const, N.ScalarArg, N.ArrayShape, N.ThreadIndex, N.LoopIndex, N.Compute)
+# Removable when unused (reads without side effects). GlobalLoads are never CSE'd (a store may intervene).
+DEAD_IF_UNUSED = PURE + (N.LocalLoad, N.GlobalLoad, N.AdStackLoadTop, N.AdStackLoadTopAdj)
+MAX_ROUNDS = 8
+
+
+def simplify(kernel):
+    """Simplify every task of `kernel` in place until nothing changes; returns the kernel."""
+    for task in kernel.tasks:
+        for _ in range(MAX_ROUNDS):
+            changed = _Rewriter(task).run()
+            changed |= eliminate_dead_code(task)
+            if not changed:
+                break
+    return kernel
+
+
+def fold_static_ifs(kernel):
+    """Replace every If whose condition is a Const by the statements of the branch it takes."""
+    def fold(block):
+        out = []
+        for s in block.stmts:
+            if isinstance(s, N.If) and isinstance(s.cond, N.Const):
+                taken = s.then_body if s.cond.value else s.else_body
+                fold(taken)
+                out.extend(taken.stmts)
+                continue
+            for b in s.blocks():
+                fold(b)
+            out.append(s)
+        block.stmts[:] = _truncate_after_jump(out)
+
+    for task in kernel.tasks:
+        fold(task.body)
+    return kernel
+
+
+def _truncate_after_jump(stmts):
+    """Statements after a Break/Continue in the same block never run (and nothing outside can use them)."""
+    for k, s in enumerate(stmts):
+        if isinstance(s, (N.Break, N.Continue)):
+            return stmts[:k + 1]
+    return stmts
+
+
+def _const_key(value, dtype):
+    # repr tells -0.0 from 0.0 and matches nan with nan; the value is first normalised to the dtype.
+    return ("const", dtype.name, repr(to_scalar(value, dtype).item()))
+
+
+def _cse_key(s):
+    if isinstance(s, N.Const):
+        return _const_key(s.value, s.dtype)
+    if isinstance(s, N.ScalarArg):
+        return ("arg", id(s.param))
+    if isinstance(s, N.ArrayShape):
+        return ("shape", id(s.array), s.axis)
+    if isinstance(s, N.ThreadIndex):
+        return ("tid", s.dtype.name)
+    if isinstance(s, N.LoopIndex):
+        return ("loop", id(s.loop), s.dtype.name)
+    if isinstance(s, N.Compute):
+        return ("op", s.op, s.dtype.name, tuple(id(a) for a in s.args))
+    return None
+
+
+def _is_const(s, value):
+    """`s` is a Const equal to `value` (for floats bit for bit up to nan payloads, so -0.0 != 0.0)."""
+    if not isinstance(s, N.Const):
+        return False
+    v = to_scalar(s.value, s.dtype)
+    if s.dtype.is_float:
+        return repr(float(v)) == repr(float(value))
+    return bool(v == value)
+
+
+def _identity(s):
+    """An existing value equal to Compute `s` bit for bit (for every input), or None."""
+    a = s.args
+    op, dt = s.op, s.dtype
+    if op is Op.CAST and a[0].dtype == dt:
+        return a[0]
+    if op in (Op.NEG, Op.NOT) and isinstance(a[0], N.Compute) and a[0].op is op:
+        return a[0].args[0]
+    if op is Op.SELECT:
+        if isinstance(a[0], N.Const):
+            return a[1] if a[0].value else a[2]
+        return a[1] if a[1] is a[2] else None
+    if op in (Op.MIN, Op.MAX, Op.BIT_AND, Op.BIT_OR, Op.AND, Op.OR) and a[0] is a[1]:
+        return a[0]
+    if len(a) != 2:
+        return None
+    x, y = a
+    if dt.is_int:
+        if op in (Op.ADD, Op.BIT_OR, Op.BIT_XOR) and _is_const(x, 0):
+            return y
+        if op in (Op.ADD, Op.SUB, Op.BIT_OR, Op.BIT_XOR, Op.SHL, Op.SHR) and _is_const(y, 0):
+            return x
+    if dt.is_int or dt.is_float:
+        # x*1 and x/1 are exact for floats too (including -0.0, inf and nan); x+(-0.0) and x-(+0.0) as well.
+        if op is Op.MUL and _is_const(x, 1):
+            return y
+        if op in (Op.MUL, Op.DIV) and _is_const(y, 1):
+            return x
+    if dt.is_float:
+        if op is Op.ADD and _is_const(y, -0.0):
+            return x
+        if op is Op.ADD and _is_const(x, -0.0):
+            return y
+        if op is Op.SUB and _is_const(y, 0.0):
+            return x
+    if dt.is_bool:
+        if (op is Op.AND and _is_const(y, True)) or (op is Op.OR and _is_const(y, False)):
+            return x
+        if (op is Op.AND and _is_const(x, True)) or (op is Op.OR and _is_const(x, False)):
+            return y
+    return None
+
+
+class _Rewriter:
+    """One forward walk: fold, apply identities, CSE and fold static ifs, rewriting operands as it goes."""
+
+    def __init__(self, task):
+        self.task = task
+        self.repl = {}      # removed statement -> the dominating value that replaces it
+        self.changed = False
+
+    def run(self):
+        self.block(self.task.header, {})
+        self.task.num_threads = self.repl.get(self.task.num_threads, self.task.num_threads)
+        self.block(self.task.body, {})
+        return self.changed
+
+    def block(self, block, scope):
+        """Rewrite `block`; `scope` maps CSE keys to the values available here (copied into nested blocks)."""
+        out = []
+        pending = list(reversed(block.stmts))
+        while pending:
+            s = pending.pop()
+            s.replace_operands(self.repl)
+            if isinstance(s, N.If) and isinstance(s.cond, N.Const):
+                taken = s.then_body if s.cond.value else s.else_body
+                pending.extend(reversed(taken.stmts))
+                self.changed = True
+                continue
+            new = s
+            if isinstance(s, N.Compute):
+                same = _identity(s)
+                if same is not None:
+                    self.replace(s, same)
+                    continue
+                new = _fold(s)
+            key = _cse_key(new)
+            if key is not None and key in scope:
+                self.replace(s, scope[key])
+                continue
+            if key is not None:
+                scope[key] = new
+            if new is not s:
+                self.replace(s, new)
+            for b in new.blocks():
+                self.block(b, dict(scope))
+            out.append(new)
+        out = _truncate_after_jump(out)
+        self.changed |= len(out) != len(block.stmts) or any(x is not y for x, y in zip(out, block.stmts))
+        block.stmts[:] = out
+
+    def replace(self, old, new):
+        self.repl[old] = new
+        self.changed = True
+
+
+def _fold(s):
+    """A new Const with the value of Compute `s` when all its operands are Const, else `s`."""
+    if not all(isinstance(a, N.Const) for a in s.args):
+        return s
+    try:
+        value = eval_op(s.op, s.dtype, [to_scalar(a.value, a.dtype) for a in s.args])
+    except Exception:   # undefined at run time (e.g. integer division by zero): leave it to the GPU
+        return s
+    c = N.Const(value.item(), s.dtype)
+    c.loc = s.loc
+    return c
+
+
+# ---- dead code ----------------------------------------------------------------------------------------
+def eliminate_dead_code(task):
+    """Remove unused pure statements, Allocas never loaded (with their stores), and If/RangeFor with empty
+    blocks, until nothing changes. Returns whether anything was removed."""
+    changed = False
+    while _dce_round(task):
+        changed = True
+    return changed
+
+
+def _dce_round(task):
+    stmts = list(N.walk(task.header)) + list(N.walk(task.body))
+    stores = {}
+    for s in stmts:
+        if isinstance(s, N.LocalStore):
+            stores.setdefault(s.slot, []).append(s)
+    removable = DEAD_IF_UNUSED + (N.Alloca, N.LocalStore)
+    work = [task.num_threads] + [s for s in stmts if not isinstance(s, removable)]
+    live = set()
+    while work:
+        s = work.pop()
+        if s in live:
+            continue
+        live.add(s)
+        work.extend(s.operands())
+        work.extend(stores.get(s, ()))   # a live slot keeps its stores
+
+    def sweep(block):
+        out, removed = [], False
+        for s in block.stmts:
+            for b in s.blocks():
+                removed |= sweep(b)
+            if isinstance(s, removable) and s not in live:
+                continue
+            if isinstance(s, N.If) and not s.then_body.stmts and not s.else_body.stmts:
+                continue
+            if isinstance(s, N.RangeFor) and not s.body.stmts:
+                continue
+            out.append(s)
+        removed |= len(out) != len(block.stmts)
+        block.stmts[:] = out
+        return removed
+
+    return sweep(task.header) | sweep(task.body)

@@ -1,0 +1,64 @@
+"""A Python function's source, AST and namespaces, as the frontend needs them (file, line, names)."""
+import ast
+import inspect
+import textwrap
+
+from ..errors import CompileError
+from .nodes import Loc
+
+_MISSING = object()
+
+
+class FunctionSource:
+    def __init__(self, fn, tree, filename, first_line, lines):
+        self.fn, self.tree, self.filename = fn, tree, filename
+        self.first_line, self.lines = first_line, lines
+        self.name = fn.__name__
+        closure = fn.__closure__ or ()
+        self.closure = {}
+        for name, cell in zip(fn.__code__.co_freevars, closure):
+            try:
+                self.closure[name] = cell.cell_contents
+            except ValueError:   # cell not yet filled (e.g. a func defined later in the enclosing scope)
+                pass
+        self.globals = fn.__globals__
+
+    @classmethod
+    def of(cls, fn):
+        try:
+            lines, first = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as e:
+            raise CompileError(f"cannot read the source of {getattr(fn, '__name__', fn)!r}: {e}") from None
+        text = textwrap.dedent("".join(lines))
+        module = ast.parse(text)
+        tree = next((n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+        if not isinstance(tree, ast.FunctionDef):
+            raise CompileError(f"{fn.__name__} is not a plain function definition")
+        return cls(fn, tree, inspect.getsourcefile(fn) or "<unknown>", first, lines)
+
+    def loc(self, node):
+        lineno = getattr(node, "lineno", 1)
+        k = lineno - 1
+        text = self.lines[k] if 0 <= k < len(self.lines) else ""
+        return Loc(self.filename, self.first_line + lineno - 1, text.rstrip("\n"))
+
+    def lookup(self, name, default=_MISSING):
+        if name in self.closure:
+            return self.closure[name]
+        if name in self.globals:
+            return self.globals[name]
+        builtins = self.globals.get("__builtins__", {})
+        builtins = builtins if isinstance(builtins, dict) else vars(builtins)
+        if name in builtins:
+            return builtins[name]
+        return default
+
+    def body_without_docstring(self):
+        body = self.tree.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body = body[1:]
+        return body
+
+    def assigned_names(self):
+        return {n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}

@@ -1,0 +1,198 @@
+"""`@sp.kernel` and `@sp.func`: argument checking, specialisation per argument types, compile cache, launch."""
+import functools
+import inspect
+import struct
+
+from . import runtime
+from . import types as T
+from .compiler import compile_kernel
+from .errors import ArgumentError
+from .ir.frontend import ArraySpec
+from .ir.interp import eval_num_threads
+from .ir.source import FunctionSource
+from .lang import Array
+
+
+class Func:
+    """`@sp.func`: a helper inlined into kernels (may return values)."""
+    _spvad_func = True
+
+    def __init__(self, fn):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+        self._source = None
+
+    def source(self):
+        if self._source is None:
+            self._source = FunctionSource.of(self.fn)
+        return self._source
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
+def func(fn):
+    return Func(fn)
+
+
+def _annotation(fn, name, ann):
+    if isinstance(ann, str):
+        try:
+            ann = eval(ann, fn.__globals__)
+        except Exception:
+            raise ArgumentError(f"cannot evaluate the annotation {ann!r} of parameter '{name}'") from None
+    return ann
+
+
+class Kernel:
+    """A compiled-on-demand kernel. Call it to launch; `.grad`/`.fwd` launch its derivatives."""
+
+    def __init__(self, fn, ad_stack_size=None):
+        self.fn = fn
+        self.name = fn.__name__
+        self.ad_stack_size = ad_stack_size
+        functools.update_wrapper(self, fn)
+        sig = inspect.signature(fn)
+        self.params = []
+        for p in sig.parameters.values():
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.default is not p.empty:
+                raise ArgumentError(f"kernel {self.name}: parameter '{p.name}' must be positional without default")
+            ann = _annotation(fn, p.name, p.annotation) if p.annotation is not p.empty else None
+            self.params.append((p.name, ann))
+        self._cache = {}
+
+    # ---- argument checking and specialisation ----
+    def _bind(self, args):
+        """Check arguments before anything reaches the device; returns (spec key, arrays, scalars)."""
+        if len(args) != len(self.params):
+            raise ArgumentError(f"kernel {self.name} takes {len(self.params)} arguments "
+                                f"({', '.join(n for n, _ in self.params)}), got {len(args)}")
+        specs, arrays, scalars = [], [], []
+        rt = runtime.get()
+        for (name, ann), value in zip(self.params, args):
+            if getattr(value, "_spvad_ndarray", False):
+                if ann is not None and ann is not Array:
+                    raise ArgumentError(f"kernel {self.name}: argument '{name}' is annotated {ann!r} "
+                                        f"but got an ndarray")
+                if value._runtime is not rt:
+                    raise ArgumentError(f"kernel {self.name}: argument '{name}' was created before "
+                                        "sp.reset()/sp.init(); create it again")
+                specs.append(ArraySpec(value.dtype, value.ndim, value.grad is not None, value.dual is not None))
+                arrays.append(value)
+                continue
+            if ann is Array:
+                raise ArgumentError(f"kernel {self.name}: argument '{name}' must be an sp.ndarray, got "
+                                    f"{type(value).__name__}" + (" (use sp.from_numpy)" if hasattr(
+                                        value, "__array__") else ""))
+            dtype = self._scalar_dtype(name, ann, value)
+            specs.append(dtype)
+            scalars.append(value)
+        return specs, arrays, scalars
+
+    def _scalar_dtype(self, name, ann, value):
+        if hasattr(value, "__array__") and not isinstance(value, (int, float, bool)) and getattr(
+                value, "ndim", 1) != 0:
+            raise ArgumentError(f"kernel {self.name}: argument '{name}' must be an sp.ndarray or a scalar, got "
+                                f"{type(value).__name__} (use sp.from_numpy)")
+        dtype = {float: T.f32, int: T.i32, bool: T.u1}.get(ann, ann)
+        if dtype is None:
+            dtype = T.python_scalar_dtype(value)
+        if not isinstance(dtype, T.DType):
+            raise ArgumentError(f"kernel {self.name}: argument '{name}' has unsupported type "
+                                f"{type(value).__name__}")
+        vt = T.python_scalar_dtype(value)
+        if vt is None:
+            raise ArgumentError(f"kernel {self.name}: argument '{name}' must be a number, got "
+                                f"{type(value).__name__}")
+        if dtype.is_int and vt.is_float:
+            raise ArgumentError(f"kernel {self.name}: argument '{name}' is {dtype} but got float {value!r}")
+        return dtype
+
+    def _compiled(self, specs, grad_mode="forward"):
+        rt = runtime.get()
+        key = (tuple(s if isinstance(s, T.DType) else (s.dtype, s.ndim, s.needs_grad, s.needs_dual)
+                     for s in specs), grad_mode, self.ad_stack_size or rt.ad_stack_size)
+        ck = self._cache.get(key)
+        if ck is None:
+            ck = compile_kernel(self, specs, grad_mode, rt)
+            self._cache[key] = ck
+        return ck
+
+    # ---- launch ----
+    def __call__(self, *args):
+        specs, arrays, scalars = self._bind(args)
+        ck = self._compiled(specs)
+        launch(ck, arrays, scalars)
+        from . import tape
+        tape.record(self, args)
+
+    def grad(self, *args):
+        """Launch the reverse-mode derivative: reads the outputs' .grad, accumulates into the inputs' .grad."""
+        specs, arrays, scalars = self._bind(args)
+        launch(self._compiled(specs, "reverse"), arrays, scalars)
+
+    def arrays_of(self, args):
+        """The ndarrays a launch with `args` touches, captured globals included."""
+        specs, arrays, _ = self._bind(args)
+        return arrays + [obj for _, obj in self._compiled(specs).captured]
+
+    def spirv(self, *args, grad=False):
+        specs, _, _ = self._bind(args)
+        mods = [t.lowered.spirv for t in self._compiled(specs, "reverse" if grad else "forward").tasks]
+        return mods[0] if len(mods) == 1 else mods
+
+    def disassemble(self, *args, grad=False):
+        from .spirv import tools
+        mods = self.spirv(*args, grad=grad)
+        mods = [mods] if isinstance(mods, bytes) else mods
+        return "\n".join(tools.disassemble(m) for m in mods)
+
+    def ir(self, *args, grad=False):
+        from .ir.printer import format_kernel
+        specs, _, _ = self._bind(args)
+        return format_kernel(self._compiled(specs, "reverse" if grad else "forward").ir)
+
+
+def kernel(fn=None, *, ad_stack_size=None):
+    if fn is None:
+        return lambda f: Kernel(f, ad_stack_size)
+    return Kernel(fn, ad_stack_size)
+
+
+def launch(ck, arrays, scalars):
+    """Queue every task of a compiled kernel on the device (asynchronous)."""
+    rt = runtime.get()
+    arrays = arrays + [obj for _, obj in ck.captured]
+    shapes = [a.shape for a in arrays]
+    for ct in ck.tasks:
+        n = eval_num_threads(ct.task, scalars, shapes)
+        if n <= 0:
+            continue
+        low = ct.lowered
+        spec = ct.spec_constants(scalars, shapes, n)
+        buffers = [_buffer(arrays[ai], field) for ai, field in low.bindings]
+        if low.flag_binding is not None:
+            buffers.append(ct.flag_buffer(rt))
+        push = b""
+        if low.push_size:
+            vals = [_push_value(f, scalars, shapes) for f in low.push_fields]
+            push = struct.pack(low.push_format, *vals)
+        groups = -(-n // low.local_size)
+        max_x = rt.device.info["limits"]["max_workgroup_count"][0]
+        gx = min(groups, max_x)
+        gy = -(-groups // gx)
+        rt.device.launch(ct.pipeline(rt, spec), buffers, push, (gx, gy, 1))
+        ct.after_launch(rt, spec)
+
+
+def _buffer(arr, field):
+    companion = arr if field == "primal" else getattr(arr, field)
+    return companion.buffer
+
+
+def _push_value(f, scalars, shapes):
+    if f[0] == "scalar":
+        v = scalars[f[1]]
+        dt = f[2]
+        return int(bool(v)) if dt.is_bool else (float(v) if dt.is_float else int(v))
+    return shapes[f[1]][f[2]]

@@ -1,0 +1,68 @@
+"""Names users call inside kernels (math, casts, atomics, static, ndrange) and the `Array` annotation.
+
+Each is an ordinary Python function too (numpy semantics), tagged with `_spvad_builtin` so the frontend
+recognises it by identity and compiles it instead of calling it.
+"""
+import numpy as np
+
+
+class Array:
+    """Annotation for an ndarray kernel argument: `def k(x: sp.Array)`; specialised per dtype and ndim."""
+
+
+def _builtin(name, fn):
+    fn.__name__ = name
+    fn._spvad_builtin = name
+    return fn
+
+
+def _rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+_NUMPY_UNARY = {"sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
+                "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "exp": np.exp,
+                "log": np.log, "log2": np.log2, "sqrt": np.sqrt, "rsqrt": _rsqrt, "floor": np.floor,
+                "ceil": np.ceil, "round": np.round, "abs": np.abs, "sign": np.sign}
+for _name, _fn in _NUMPY_UNARY.items():
+    globals()[_name] = _builtin(_name, lambda x, _f=_fn: _f(x))
+
+atan2 = _builtin("atan2", lambda y, x: np.arctan2(y, x))
+pow = _builtin("pow", lambda x, y: np.power(x, y))
+min = _builtin("min", lambda *xs: np.minimum.reduce(xs))
+max = _builtin("max", lambda *xs: np.maximum.reduce(xs))
+clamp = _builtin("clamp", lambda x, lo, hi: np.clip(x, lo, hi))
+select = _builtin("select", lambda c, a, b: np.where(c, a, b))
+cast = _builtin("cast", lambda v, dtype: dtype.np.type(v))
+
+
+def _host_only(name):
+    def fn(*args, **kwargs):
+        raise TypeError(f"sp.{name} can only be used inside a kernel")
+    return _builtin(name, fn)
+
+
+atomic_add = _host_only("atomic_add")
+atomic_max = _host_only("atomic_max")
+atomic_min = _host_only("atomic_min")
+
+
+def static(value):
+    """Inside kernels: evaluate at compile time (`if sp.static(c)`, `for i in sp.static(range(3))`)."""
+    return value
+
+
+static._spvad_builtin = "static"
+
+
+def ndrange(*extents):
+    """`for i, j in sp.ndrange(n, m)`: a parallel multi-dimensional loop at the top of a kernel."""
+    ranges = [range(e) if isinstance(e, int) else range(*e) for e in extents]
+    import itertools
+    return itertools.product(*ranges)
+
+
+ndrange._spvad_builtin = "ndrange"
+
+__all__ = ["Array", "atan2", "pow", "min", "max", "clamp", "select", "cast", "atomic_add", "atomic_max",
+           "atomic_min", "static", "ndrange", *_NUMPY_UNARY]

@@ -1,0 +1,136 @@
+"""`sp.ndarray`: a device array with optional `.grad` / `.dual` companions, and its numpy I/O."""
+import numpy as np
+
+from . import runtime
+from . import types as T
+from .errors import ArgumentError, DeviceError
+
+
+def _normalize_shape(shape):
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise ArgumentError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
+    if len(shape) > 4:
+        raise ArgumentError(f"ndarrays have at most 4 dimensions, got shape {shape}")
+    if any(s < 0 for s in shape):
+        raise ArgumentError(f"shape must not be negative, got {shape}")
+    return shape
+
+
+def _check_dtype(dtype):
+    if isinstance(dtype, T.DType):
+        return dtype
+    dt = T.from_numpy_dtype(dtype) if not isinstance(dtype, type) or issubclass(dtype, np.generic) else None
+    if dtype is float:
+        dt = T.f32
+    elif dtype is int:
+        dt = T.i32
+    elif dtype is bool:
+        dt = T.u1
+    if dt is None:
+        raise ArgumentError(f"unsupported dtype {dtype!r}; use sp.f32, sp.f64, sp.i32, sp.u32 or sp.u1")
+    return dt
+
+
+class Ndarray:
+    """A contiguous device array. Host access (to_numpy, from_numpy, fill, [] get/set) synchronises first."""
+    _spvad_ndarray = True
+
+    def __init__(self, dtype, shape, needs_grad=False, needs_dual=False):
+        self.dtype = _check_dtype(dtype)
+        self.shape = _normalize_shape(shape)
+        rt = runtime.get()
+        if self.dtype == T.f64 and not rt.device.info["features"].get("float64"):
+            raise DeviceError(f"device '{rt.device.info['name']}' has no float64 support")
+        self.size = int(np.prod(self.shape)) if self.shape else 1
+        self._np_dtype = T.storage_np_dtype(self.dtype)
+        self._runtime = rt
+        self.buffer = rt.device.create_buffer(max(self.size, 1) * self._np_dtype.itemsize)
+        self.grad = Ndarray(self.dtype, self.shape) if needs_grad else None
+        self.dual = Ndarray(self.dtype, self.shape) if needs_dual else None
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def needs_grad(self):
+        return self.grad is not None
+
+    @property
+    def needs_dual(self):
+        return self.dual is not None
+
+    def __repr__(self):
+        return f"sp.ndarray({self.dtype}, shape={self.shape}{', needs_grad' if self.grad else ''})"
+
+    # ---- host access ----
+    def _view(self):
+        rt = self._runtime
+        if rt is not runtime.current():
+            raise DeviceError("this ndarray belongs to a runtime that was reset; create it again")
+        rt.sync()
+        return self.buffer.view(self._np_dtype)[: self.size]
+
+    def to_numpy(self):
+        out = self._view().copy()
+        if self.dtype.is_bool:
+            out = out != 0
+        return out.reshape(self.shape)
+
+    def from_numpy(self, arr):
+        arr = np.asarray(arr)
+        if arr.shape != self.shape:
+            raise ArgumentError(f"from_numpy: shape {arr.shape} does not match the ndarray's {self.shape}")
+        if self.dtype.is_float and not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            raise ArgumentError(f"from_numpy: cannot store {arr.dtype} data in a {self.dtype} ndarray")
+        if self.dtype.is_int and not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
+            raise ArgumentError(f"from_numpy: cannot store {arr.dtype} data in a {self.dtype} ndarray "
+                                "without losing the fraction; cast it first")
+        self._view()[:] = arr.reshape(-1).astype(self._np_dtype if not self.dtype.is_bool else bool)
+        return self
+
+    def fill(self, value):
+        self._view()[:] = value
+        return self
+
+    def _flat_index(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        if key == (None,) or key == ():
+            key = ()
+        if len(key) != self.ndim:
+            raise ArgumentError(f"index {key!r} has {len(key)} entries for a {self.ndim}-d ndarray")
+        flat = 0
+        for k, n in zip(key, self.shape):
+            if not isinstance(k, (int, np.integer)) or not -n <= k < n:
+                raise ArgumentError(f"index {key!r} out of range for shape {self.shape}")
+            flat = flat * n + (int(k) % n)
+        return flat
+
+    def __getitem__(self, key):
+        v = self._view()[self._flat_index(key)]
+        return bool(v) if self.dtype.is_bool else v.item()
+
+    def __setitem__(self, key, value):
+        i = self._flat_index(key)
+        self._view()[i] = value
+
+
+def ndarray(dtype, shape, needs_grad=False, needs_dual=False):
+    return Ndarray(dtype, shape, needs_grad, needs_dual)
+
+
+def from_numpy(arr, needs_grad=False, needs_dual=False):
+    """A new ndarray holding a copy of `arr`; float64 data gives f64 (only when the device has it)."""
+    arr = np.asarray(arr)
+    dt = T.from_numpy_dtype(arr.dtype)
+    if dt is None and np.issubdtype(arr.dtype, np.integer):
+        if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
+            raise ArgumentError(f"from_numpy: {arr.dtype} values do not fit in i32")
+        dt = T.i32
+    if dt is None:
+        raise ArgumentError(f"from_numpy: unsupported dtype {arr.dtype}")
+    return Ndarray(dt, arr.shape, needs_grad, needs_dual).from_numpy(arr)

@@ -1,0 +1,98 @@
+"""The RHI: the small interface the runtime uses to run compiled kernels on a device.
+
+A backend (``rhi/vulkan``, ``rhi/metal``) implements three classes:
+
+- ``Device``: owns the driver objects; creates buffers and pipelines, records launches, syncs.
+- ``Buffer``: device memory the host can also see (persistently mapped); read and written through
+  ``view(dtype)`` after ``Device.sync()``.
+- ``Pipeline``: one compiled compute kernel (SPIR-V entry point) with a fixed binding interface:
+  ``num_buffers`` storage buffers at set 0, bindings 0..n-1, and ``push_constant_size`` bytes of
+  push constants (the kernel's scalar arguments).
+
+Execution model: ``launch`` only records; nothing runs until ``sync``. Launches run in the order they
+were recorded, each one seeing the writes of the previous ones. After ``sync`` returns, host reads see
+every device write. Host writes through a view are seen by launches recorded afterwards *and* by
+launches recorded earlier but not yet synced (memory is shared; the batch runs at sync), so a caller
+that overwrites a buffer an unsynced launch still uses must call ``sync`` first.
+
+Errors: ``DeviceError`` for device/driver failures, ``PipelineCreationError`` when the driver refuses a
+kernel (the device stays usable). Backends are imported lazily: importing ``spvad.rhi`` loads no driver.
+"""
+from abc import ABC, abstractmethod
+
+
+class Buffer(ABC):
+    """A storage buffer in host-visible memory. ``nbytes`` is the size requested at creation."""
+
+    nbytes: int
+
+    @abstractmethod
+    def view(self, dtype):
+        """A zero-copy numpy array of ``nbytes // itemsize`` elements over the mapping.
+        Valid until ``release()`` or the device's ``close()``; sync before reading device results."""
+
+    @abstractmethod
+    def release(self):
+        """Free the buffer (deferred until the next sync if recorded launches may still use it).
+        Idempotent. Views must not be used afterwards."""
+
+
+class Pipeline(ABC):
+    """A compiled compute kernel: ``name``, ``num_buffers``, ``push_constant_size`` (bytes)."""
+
+    name: str
+    num_buffers: int
+    push_constant_size: int
+
+    @abstractmethod
+    def release(self):
+        """Destroy the pipeline (deferred until the next sync if launches may use it). Idempotent."""
+
+
+class Device(ABC):
+    """One device of one backend. Use ``close()`` (or ``with``) to free everything it created."""
+
+    @property
+    @abstractmethod
+    def info(self):
+        """dict: backend, name, driver, device_type, api_version,
+        limits {max_workgroup_count, max_workgroup_invocations, max_workgroup_size,
+        max_push_constants_size, max_storage_buffer_range, subgroup_size},
+        features {float64, int64, atomic_float32_add}."""
+
+    @abstractmethod
+    def validation_messages(self):
+        """Return and clear the WARNING/ERROR messages the validation layer or driver reported
+        (loader chatter excluded) since the last call. Empty when everything was valid."""
+
+    @abstractmethod
+    def create_buffer(self, nbytes):
+        """A zero-initialised, persistently mapped storage buffer of at least ``nbytes`` bytes."""
+
+    @abstractmethod
+    def create_pipeline(self, spirv, *, name, num_buffers, push_constant_size,
+                        spec_constants=None, entry="main"):
+        """Build a compute pipeline from SPIR-V bytes. ``spec_constants`` maps SpecId to an int,
+        float or bool (4-byte values). Raises PipelineCreationError naming ``name``, the backend,
+        the driver result and the driver's messages; the device stays usable."""
+
+    @abstractmethod
+    def launch(self, pipeline, buffers, push_constants, groups):
+        """Record one dispatch of ``groups`` = (x, y, z) workgroups with ``buffers`` bound to
+        bindings 0..n-1 and ``push_constants`` bytes. Asynchronous: runs at the next ``sync``.
+        Raises DeviceError if a group count exceeds the device limit (fold into 2-D first)."""
+
+    @abstractmethod
+    def sync(self):
+        """Run everything recorded and wait for it; afterwards host reads see device writes."""
+
+    @abstractmethod
+    def close(self):
+        """Wait for the device and destroy everything it created. Idempotent."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

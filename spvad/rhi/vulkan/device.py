@@ -1,0 +1,370 @@
+"""VulkanDevice: instance, device selection, features, buffers, sync and teardown.
+
+Pipelines, descriptor sets, command-buffer recording and `launch` live in program.py (`ProgramMixin`);
+every workaround for the `vulkan` package lives in vkapi.py. Execution model: launches are recorded
+into a command buffer; `sync()` submits it and waits on fences. Every `flush_every` launches the batch
+is submitted early (without waiting) into a small ring of command buffers, so the device can start
+while Python records. Objects released while recorded work may still use them are destroyed after
+the next sync.
+"""
+import time
+
+import numpy as np
+
+from ...errors import DeviceError
+from ..base import Buffer, Device
+from .program import ProgramMixin
+from .vkapi import (SEV_ERROR, SEV_WARNING, TYPE_GENERAL, TYPE_PERFORMANCE, TYPE_VALIDATION,
+                    VK_ERRORS, Collector, call, check, enumerate_names, ffi, lib, make_version,
+                    messenger_info, version_string, vk)
+
+VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
+EXT_DEBUG_UTILS = "VK_EXT_debug_utils"
+EXT_PORTABILITY_ENUM = "VK_KHR_portability_enumeration"
+EXT_PORTABILITY_SUBSET = "VK_KHR_portability_subset"
+EXT_ATOMIC_FLOAT = "VK_EXT_shader_atomic_float"
+DEVICE_TYPES = {lib.VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: "discrete_gpu",
+                lib.VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: "integrated_gpu",
+                lib.VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: "virtual_gpu",
+                lib.VK_PHYSICAL_DEVICE_TYPE_CPU: "cpu", lib.VK_PHYSICAL_DEVICE_TYPE_OTHER: "other"}
+PREFERENCE = ["discrete_gpu", "integrated_gpu", "virtual_gpu", "cpu", "other"]
+HOST_VISIBLE = lib.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | lib.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+DEVICE_LOCAL = lib.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+VK_TIMEOUT = 2
+
+
+class VulkanBuffer(Buffer):
+    """A persistently mapped STORAGE_BUFFER; `_uid` keys the descriptor-set cache (handles can be
+    reused by the driver after a free, uids never are)."""
+
+    def __init__(self, device, uid, nbytes, size, handle, memory, mapped):
+        self._device, self._uid, self.nbytes, self._size = device, uid, nbytes, size
+        self._handle, self._memory, self._mapped = handle, memory, mapped
+
+    def view(self, dtype):
+        if self._handle is None:
+            raise DeviceError("view of a released buffer")
+        dtype = np.dtype(dtype)
+        return np.frombuffer(self._mapped, dtype=dtype, count=self.nbytes // dtype.itemsize)
+
+    def release(self):
+        if self._handle is not None:
+            self._device._release_buffer(self)
+
+    def __repr__(self):
+        return f"<VulkanBuffer #{self._uid} {self.nbytes} bytes" \
+               f"{' released' if self._handle is None else ''}>"
+
+
+def _free_buffer(d, handle, memory):
+    vk.vkUnmapMemory(d, memory)
+    vk.vkDestroyBuffer(d, handle, None)
+    vk.vkFreeMemory(d, memory, None)
+
+
+class VulkanDevice(ProgramMixin, Device):
+    """A Vulkan compute device. See base.Device for the contract of each method."""
+
+    flush_every = 1024        # launches per command buffer before an early submit
+    sync_timeout_s = 120.0    # lavapipe compiles at first dispatch; huge private arrays take long
+
+    def __init__(self, selector=None, validation=False):
+        self._closed = False
+        self._instance = self._messenger = self._device = self._pipeline_cache = None
+        self._cmd_pool = None
+        self._frames, self._free_frames, self._inflight = [], [], []
+        self._cmd, self._frame, self._recorded = None, None, 0
+        self._buffers, self._pipelines, self._deferred = {}, set(), []
+        self._next_uid = 1
+        self._collector = Collector()
+        self.validation = bool(validation)
+        self._init_programs()
+        try:
+            self._create_instance()
+            self._pick_physical_device(selector)
+            self._create_device()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- construction -------------------------------------------------------------------------------
+    def _create_instance(self):
+        if vk.vkEnumerateInstanceVersion() < make_version(1, 1):
+            raise DeviceError("the Vulkan loader is 1.0; spvad needs Vulkan 1.1")
+        avail = enumerate_names(vk.vkEnumerateInstanceExtensionProperties(None), "extensionName")
+        layers, exts, flags = [], [], 0
+        if self.validation:
+            have = enumerate_names(vk.vkEnumerateInstanceLayerProperties(), "layerName")
+            if VALIDATION_LAYER not in have:
+                raise DeviceError(f"validation requested but {VALIDATION_LAYER} is not installed "
+                                  f"(layers found: {sorted(have)})")
+            layers.append(VALIDATION_LAYER)
+            avail |= enumerate_names(vk.vkEnumerateInstanceExtensionProperties(VALIDATION_LAYER),
+                                     "extensionName")
+        if EXT_PORTABILITY_ENUM in avail:  # required to see MoltenVK; harmless elsewhere
+            exts.append(EXT_PORTABILITY_ENUM)
+            flags |= lib.VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR
+        chain = self._keep = []   # every struct of the pNext chain stays referenced while used
+        pnext = None
+        if EXT_DEBUG_UTILS in avail:
+            exts.append(EXT_DEBUG_UTILS)
+            if self.validation:
+                sev, types = SEV_WARNING | SEV_ERROR, TYPE_GENERAL | TYPE_VALIDATION | TYPE_PERFORMANCE
+            else:  # Mesa explains refused pipelines as ERROR/GENERAL even without the layer
+                sev, types = SEV_ERROR, TYPE_GENERAL
+            # Chained into the create-info, it also sees vkCreateInstance / vkDestroyInstance.
+            pnext = self._messenger_ci = messenger_info(self._collector, sev, types)
+            chain.append(pnext)
+        if self.validation:
+            pnext = vk.VkValidationFeaturesEXT(pNext=pnext, pEnabledValidationFeatures=[
+                lib.VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT])
+            chain.append(pnext)
+        app = vk.VkApplicationInfo(pApplicationName="spvad", pEngineName="spvad",
+                                   apiVersion=make_version(1, 3))
+        info = vk.VkInstanceCreateInfo(pNext=pnext, flags=flags, pApplicationInfo=app,
+                                       ppEnabledLayerNames=layers or None,
+                                       ppEnabledExtensionNames=exts or None)
+        self._instance = call(vk.vkCreateInstance, info, None, collector=self._collector,
+                              context="creating the Vulkan instance: ")
+        if pnext is not None and EXT_DEBUG_UTILS in exts:
+            create = vk.vkGetInstanceProcAddr(self._instance, "vkCreateDebugUtilsMessengerEXT")
+            self._destroy_messenger = vk.vkGetInstanceProcAddr(
+                self._instance, "vkDestroyDebugUtilsMessengerEXT")
+            self._messenger = call(create, self._instance, self._messenger_ci, None)
+
+    def _pick_physical_device(self, selector):
+        try:
+            physical = vk.vkEnumeratePhysicalDevices(self._instance)
+        except VK_ERRORS:
+            physical = []
+        found = [(p, vk.vkGetPhysicalDeviceProperties(p)) for p in physical]
+        listing = "; ".join(f"[{i}] {pr.deviceName} ({DEVICE_TYPES.get(pr.deviceType, 'other')})"
+                            for i, (_, pr) in enumerate(found)) or "none"
+        if not found:
+            raise DeviceError("no Vulkan device found (install a driver, e.g. mesa-vulkan-drivers)")
+        if selector is None:
+            rank = {t: r for r, t in enumerate(PREFERENCE)}
+            index = min(range(len(found)),
+                        key=lambda i: (rank[DEVICE_TYPES.get(found[i][1].deviceType, "other")], i))
+        elif isinstance(selector, int) and not isinstance(selector, bool):
+            index = selector if 0 <= selector < len(found) else None
+        else:
+            index = next((i for i, (_, pr) in enumerate(found)
+                          if str(selector).lower() in pr.deviceName.lower()), None)
+        if index is None:
+            raise DeviceError(f"no Vulkan device matches {selector!r}; devices: {listing}")
+        self._physical, props = found[index]
+        if props.apiVersion < make_version(1, 1):
+            raise DeviceError(f"{props.deviceName} supports Vulkan "
+                              f"{version_string(props.apiVersion)}; spvad needs 1.1")
+        self._props = props
+        self._device_exts = enumerate_names(
+            vk.vkEnumerateDeviceExtensionProperties(self._physical, None), "extensionName")
+
+    def _query(self):
+        """Features and properties (through the 1.1 *2 queries); returns (features, info dict)."""
+        p, props = self._physical, self._props
+        atomic = vk.VkPhysicalDeviceShaderAtomicFloatFeaturesEXT() \
+            if EXT_ATOMIC_FLOAT in self._device_exts else None
+        feats = vk.VkPhysicalDeviceFeatures2(pNext=atomic)
+        vk.vkGetPhysicalDeviceFeatures2(p, feats)   # fills `feats` and the chained `atomic` in place
+        has_driver = props.apiVersion >= make_version(1, 2) or \
+            "VK_KHR_driver_properties" in self._device_exts
+        driver = vk.VkPhysicalDeviceDriverProperties() if has_driver else None
+        maint3 = vk.VkPhysicalDeviceMaintenance3Properties(pNext=driver)
+        subgroup = vk.VkPhysicalDeviceSubgroupProperties(pNext=maint3)
+        props2 = vk.VkPhysicalDeviceProperties2(pNext=subgroup)
+        vk.vkGetPhysicalDeviceProperties2(p, props2)
+        if driver is not None:
+            name = ffi.string(driver.driverName).decode(errors="replace")
+            text = ffi.string(driver.driverInfo).decode(errors="replace")
+            driver_text = f"{name} {text}".strip()
+        else:
+            driver_text = f"driverVersion {props.driverVersion:#x}"
+        lim = props.limits
+        features = {
+            "float64": bool(feats.features.shaderFloat64),
+            "int64": bool(feats.features.shaderInt64),
+            "atomic_float32_add": bool(atomic is not None and atomic.shaderBufferFloat32AtomicAdd),
+        }
+        info = {
+            "backend": "vulkan", "name": props.deviceName, "driver": driver_text,
+            "device_type": DEVICE_TYPES.get(props.deviceType, "other"),
+            "api_version": version_string(props.apiVersion),
+            "limits": {
+                "max_workgroup_count": tuple(lim.maxComputeWorkGroupCount),
+                "max_workgroup_invocations": lim.maxComputeWorkGroupInvocations,
+                "max_workgroup_size": tuple(lim.maxComputeWorkGroupSize),
+                "max_push_constants_size": lim.maxPushConstantsSize,
+                "max_storage_buffer_range": lim.maxStorageBufferRange,
+                "max_shared_memory_size": lim.maxComputeSharedMemorySize,
+                "max_memory_allocation_size": maint3.maxMemoryAllocationSize,
+                "subgroup_size": subgroup.subgroupSize,
+            },
+            "features": features,
+        }
+        return features, atomic, info
+
+    def _create_device(self):
+        features, atomic, self._info = self._query()
+        dev_exts = [EXT_PORTABILITY_SUBSET] if EXT_PORTABILITY_SUBSET in self._device_exts else []
+        en_atomic = None
+        if features["atomic_float32_add"]:
+            dev_exts.append(EXT_ATOMIC_FLOAT)
+            en_atomic = vk.VkPhysicalDeviceShaderAtomicFloatFeaturesEXT(
+                shaderBufferFloat32Atomics=atomic.shaderBufferFloat32Atomics,
+                shaderBufferFloat32AtomicAdd=1)
+        core = vk.VkPhysicalDeviceFeatures(shaderFloat64=int(features["float64"]),
+                                           shaderInt64=int(features["int64"]))
+        enable = vk.VkPhysicalDeviceFeatures2(pNext=en_atomic, features=core)
+        families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self._physical)
+        qfi = next((i for i, q in enumerate(families)
+                    if q.queueFlags & lib.VK_QUEUE_COMPUTE_BIT), None)
+        if qfi is None:
+            raise DeviceError(f"{self._info['name']} has no compute queue")
+        qci = vk.VkDeviceQueueCreateInfo(queueFamilyIndex=qfi, queueCount=1, pQueuePriorities=[1.0])
+        dci = vk.VkDeviceCreateInfo(pNext=enable, pQueueCreateInfos=[qci],
+                                    ppEnabledExtensionNames=dev_exts or None)
+        self._device = call(vk.vkCreateDevice, self._physical, dci, None,
+                            collector=self._collector, context="creating the Vulkan device: ")
+        self._queue = vk.vkGetDeviceQueue(self._device, qfi, 0)
+        self._cmd_pool = call(vk.vkCreateCommandPool, self._device, vk.VkCommandPoolCreateInfo(
+            flags=lib.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=qfi), None)
+        self._pipeline_cache = call(vk.vkCreatePipelineCache, self._device,
+                                    vk.VkPipelineCacheCreateInfo(), None)
+        self._limits_groups = self._info["limits"]["max_workgroup_count"]
+        mem = vk.vkGetPhysicalDeviceMemoryProperties(self._physical)
+        flags = [mem.memoryTypes[i].propertyFlags for i in range(mem.memoryTypeCount)]
+        usable = [i for i, f in enumerate(flags) if f & HOST_VISIBLE == HOST_VISIBLE]
+        # Prefer a type that is also DEVICE_LOCAL (lavapipe and unified-memory GPUs have one).
+        self._memory_types = sorted(usable, key=lambda i: not flags[i] & DEVICE_LOCAL)
+
+    # -- public API ---------------------------------------------------------------------------------
+    @property
+    def info(self):
+        return self._info
+
+    def validation_messages(self):
+        return self._collector.take_findings()
+
+    def _check_open(self):
+        if self._closed:
+            raise DeviceError("the Vulkan device is closed")
+
+    def create_buffer(self, nbytes):
+        self._check_open()
+        nbytes = int(nbytes)
+        size = max(16, (nbytes + 15) & ~15)   # never zero-sized; whole words for the shaders
+        max_alloc = self._info["limits"]["max_memory_allocation_size"]
+        if size > max_alloc:
+            raise DeviceError(f"buffer of {nbytes} bytes exceeds maxMemoryAllocationSize {max_alloc}")
+        d, usage = self._device, (lib.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+                                  lib.VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                  lib.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
+        handle = call(vk.vkCreateBuffer, d, vk.VkBufferCreateInfo(
+            size=size, usage=usage, sharingMode=lib.VK_SHARING_MODE_EXCLUSIVE), None,
+            context=f"creating a buffer of {nbytes} bytes: ")
+        req = vk.vkGetBufferMemoryRequirements(d, handle)
+        memory, error = None, None
+        for t in (t for t in self._memory_types if req.memoryTypeBits & (1 << t)):
+            try:  # a smaller device-local+host-visible heap (BAR) may be full: try the next type
+                memory = vk.vkAllocateMemory(d, vk.VkMemoryAllocateInfo(
+                    allocationSize=req.size, memoryTypeIndex=t), None)
+                break
+            except VK_ERRORS as exc:
+                error = exc
+        if memory is None:
+            vk.vkDestroyBuffer(d, handle, None)
+            raise DeviceError(f"cannot allocate {req.size} bytes of host-visible memory"
+                              f" ({type(error).__name__ if error else 'no suitable memory type'})")
+        vk.vkBindBufferMemory(d, handle, memory, 0)
+        mapped = vk.vkMapMemory(d, memory, 0, req.size, 0)   # an ffi.buffer: numpy views it in place
+        np.frombuffer(mapped, np.uint8).fill(0)              # Vulkan does not zero allocations
+        uid, self._next_uid = self._next_uid, self._next_uid + 1
+        buf = VulkanBuffer(self, uid, nbytes, size, handle, memory, mapped)
+        self._buffers[uid] = buf
+        return buf
+
+    def _release_buffer(self, buf):
+        handle, memory, d = buf._handle, buf._memory, self._device
+        buf._handle = buf._memory = buf._mapped = None
+        self._buffers.pop(buf._uid, None)
+        self._forget_buffer(buf._uid)
+        self._retire(lambda: _free_buffer(d, handle, memory))
+
+    def _retire(self, destroy):
+        """Run `destroy` now if no recorded or submitted work can use the object, else after sync."""
+        if self._closed:
+            return
+        if self._cmd is None and not self._inflight:
+            destroy()
+        else:
+            self._deferred.append(destroy)
+
+    # -- submission -----------------------------------------------------------------------------------
+    def _wait(self, frames):
+        """Wait for `frames` (a prefix of the in-flight list), then make them reusable."""
+        fences = ffi.new("VkFence[]", [f.fence for f in frames])
+        deadline = time.monotonic() + self.sync_timeout_s
+        while True:  # wait in slices so a huge timeout never overflows or blocks uninterruptibly
+            r = lib.vkWaitForFences(self._device, len(frames), fences, 1, 1_000_000_000)
+            if r != VK_TIMEOUT:
+                break
+            if time.monotonic() > deadline:
+                raise DeviceError(f"device work did not finish within {self.sync_timeout_s:.0f} s "
+                                  "(a kernel may loop forever or compile very large private arrays)")
+        check(r, "vkWaitForFences", context="waiting for launches: ")
+        check(lib.vkResetFences(self._device, len(frames), fences), "vkResetFences")
+        del self._inflight[:len(frames)]
+        self._free_frames.extend(frames)
+
+    def sync(self):
+        self._check_open()
+        if self._cmd is not None:
+            self._flush()
+        if self._inflight:
+            self._wait(list(self._inflight))
+        deferred, self._deferred = self._deferred, []
+        for destroy in deferred:
+            destroy()
+
+    # -- teardown -----------------------------------------------------------------------------------
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        d = self._device
+        if d is not None:
+            try:
+                vk.vkDeviceWaitIdle(d)
+            except VK_ERRORS:
+                pass  # a lost device must still be torn down
+            for destroy in self._deferred:
+                destroy()
+            for buf in list(self._buffers.values()):
+                _free_buffer(d, buf._handle, buf._memory)
+                buf._handle = buf._memory = buf._mapped = None
+            for pipe in list(self._pipelines):
+                vk.vkDestroyPipeline(d, pipe._handle, None)
+                pipe._handle = None
+            self._destroy_programs()
+            for frame in self._frames:
+                vk.vkDestroyFence(d, frame.fence, None)
+            if self._cmd_pool is not None:
+                vk.vkDestroyCommandPool(d, self._cmd_pool, None)   # frees the command buffers
+            if self._pipeline_cache is not None:
+                vk.vkDestroyPipelineCache(d, self._pipeline_cache, None)
+            vk.vkDestroyDevice(d, None)
+        self._deferred, self._buffers, self._pipelines, self._frames = [], {}, set(), []
+        self._free_frames, self._inflight, self._cmd, self._frame, self._device = [], [], None, None, None
+        if self._messenger is not None:
+            self._destroy_messenger(self._instance, self._messenger, None)
+            self._messenger = None
+        if self._instance is not None:
+            vk.vkDestroyInstance(self._instance, None)
+            self._instance = None
+        self._collector.detach()   # after vkDestroyInstance: the chained messenger reports until then
+
+    def __repr__(self):
+        name = getattr(self, "_info", {}).get("name", "?")
+        return f"<VulkanDevice {name!r}{' closed' if self._closed else ''}>"

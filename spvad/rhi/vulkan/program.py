@@ -1,0 +1,355 @@
+"""Vulkan compute pipelines, descriptor sets and launch recording.
+
+`ProgramMixin` is mixed into `VulkanDevice` (device.py owns the instance, buffers, fences and sync;
+this file owns what a launch needs: pipelines, descriptor sets, the command buffers it records into
+and their submission). Why the hot path looks the way it does:
+building one struct through the `vulkan` package costs 10-40 us, so `launch` builds none. It calls the
+raw cffi functions in `lib` with handles and pre-built structs, and reuses descriptor sets cached per
+tuple of buffers: a repeated launch is a dict lookup plus five cffi calls.
+
+Sharing: one descriptor set layout per buffer count and one pipeline layout per (buffer count,
+push-constant size), so descriptor sets (keyed by the buffers alone) are reused across kernels that
+bind the same buffers, e.g. a forward kernel and its gradient kernel.
+"""
+import struct
+
+from ...errors import DeviceError, PipelineCreationError
+from ..base import Pipeline
+from .vkapi import NULL, VK_ERRORS, WHOLE_SIZE, call, check, ffi, lib, result_of, vk, void_ptr
+
+BIND_COMPUTE = lib.VK_PIPELINE_BIND_POINT_COMPUTE
+STAGE_COMPUTE = lib.VK_SHADER_STAGE_COMPUTE_BIT
+PIPE_COMPUTE = lib.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+STORAGE_BUFFER = lib.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+SPIRV_MAGIC = 0x07230203
+MAX_IN_FLIGHT = 3              # early-submitted batches before recording waits for the oldest
+SETS_PER_POOL = 256            # a new pool is added when these run out (pools grow, never fail)
+DESCRIPTORS_PER_POOL = 1024
+
+
+class VulkanPipeline(Pipeline):
+    """A compute pipeline. `_handle`/`_layout` are read directly by `launch` (no property cost)."""
+
+    def __init__(self, device, handle, layout, name, num_buffers, push_constant_size):
+        self._device = device
+        self._handle = handle
+        self._layout = layout
+        self.name = name
+        self.num_buffers = num_buffers
+        self.push_constant_size = push_constant_size   # rounded up to a multiple of 4
+
+    def release(self):
+        if self._handle is not None:
+            dev, handle = self._device, self._handle
+            self._handle = None
+            dev._pipelines.discard(self)
+            # Recorded launches may still use it: destroyed now if idle, else after the next sync.
+            dev._retire(lambda: vk.vkDestroyPipeline(dev._device, handle, None))
+
+    def _padded(self, data):
+        """Push-constant bytes padded with zeros to the declared size (cold path)."""
+        if len(data) > self.push_constant_size:
+            raise DeviceError(f"kernel '{self.name}': {len(data)} bytes of push constants for a "
+                              f"pipeline declared with {self.push_constant_size}")
+        return bytes(data) + bytes(self.push_constant_size - len(data))
+
+    def __repr__(self):
+        state = "released" if self._handle is None else "live"
+        return f"<VulkanPipeline {self.name!r} buffers={self.num_buffers} " \
+               f"push={self.push_constant_size} {state}>"
+
+
+def pack_spec_constants(spec_constants):
+    """(map entries, data bytes) for VkSpecializationInfo: 4 bytes per constant, in SpecId order.
+    bool -> u32 0/1, int -> u32 (or i32 when negative), float -> f32."""
+    entries, data = [], bytearray()
+    for offset, (spec_id, value) in enumerate(sorted(spec_constants.items())):
+        if isinstance(value, bool):
+            packed = struct.pack("<I", int(value))
+        elif isinstance(value, int):
+            if not -2**31 <= value < 2**32:
+                raise DeviceError(f"spec constant {spec_id}={value} does not fit in 32 bits")
+            packed = struct.pack("<i" if value < 0 else "<I", value)
+        elif isinstance(value, float):
+            packed = struct.pack("<f", value)
+        else:
+            raise DeviceError(f"spec constant {spec_id}: unsupported value {value!r}")
+        entries.append(vk.VkSpecializationMapEntry(constantID=spec_id, offset=4 * offset, size=4))
+        data += packed
+    return entries, bytes(data)
+
+
+class _Frame:
+    """One command buffer with its fence and pre-built submit info (reused batch after batch)."""
+
+    def __init__(self, dev, pool):
+        info = vk.VkCommandBufferAllocateInfo(commandPool=pool, commandBufferCount=1,
+                                              level=lib.VK_COMMAND_BUFFER_LEVEL_PRIMARY)
+        self.cmd = call(vk.vkAllocateCommandBuffers, dev, info)[0]
+        self.fence = call(vk.vkCreateFence, dev, vk.VkFenceCreateInfo(), None)
+        self.submit = vk.VkSubmitInfo(pCommandBuffers=[self.cmd])
+        self.submit_ptr = ffi.addressof(self.submit)
+
+
+class ProgramMixin:
+    """Pipeline creation, descriptor sets and `launch` for VulkanDevice.
+
+    Expects from the device: `_device`, `_queue`, `_cmd_pool`, `_collector`, `_pipeline_cache`,
+    `_limits_groups`, `info`, `flush_every`, `_check_open()`, `_wait(frames)`, `_retire(fn)`, the
+    command state (`_cmd`, `_frame`, `_recorded`, `_frames`, `_free_frames`, `_inflight`),
+    `_pipelines` (set), and the state set up by `_init_programs()`."""
+
+    def _init_programs(self):
+        self._set_layouts = {}     # num_buffers -> VkDescriptorSetLayout
+        self._layouts = {}         # (num_buffers, push size) -> VkPipelineLayout
+        self._pools = []           # [VkDescriptorPool, sets left, descriptors left]
+        self._sets = {}            # tuple of buffer uids -> (VkDescriptorSet[1], pool record)
+        self._sets_of_buffer = {}  # buffer uid -> keys of cached sets that bind it
+        # Reused by every launch: the COMPUTE->COMPUTE barrier that orders consecutive launches.
+        self._mb_c2c = vk.VkMemoryBarrier(
+            srcAccessMask=lib.VK_ACCESS_SHADER_WRITE_BIT,
+            dstAccessMask=lib.VK_ACCESS_SHADER_READ_BIT | lib.VK_ACCESS_SHADER_WRITE_BIT)
+        self._mb_c2c_ptr = ffi.addressof(self._mb_c2c)
+        self._bound = None         # (pipeline, descriptor set) bound in the current command buffer
+        self._mb_c2h = vk.VkMemoryBarrier(srcAccessMask=lib.VK_ACCESS_SHADER_WRITE_BIT,
+                                          dstAccessMask=lib.VK_ACCESS_HOST_READ_BIT)
+        self._mb_c2h_ptr = ffi.addressof(self._mb_c2h)
+        self._begin_info = vk.VkCommandBufferBeginInfo(
+            flags=lib.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)
+        self._begin_ptr = ffi.addressof(self._begin_info)
+
+    # -- layouts (cached for the device's lifetime, destroyed in close) ---------------------------
+    def _set_layout(self, n):
+        dsl = self._set_layouts.get(n)
+        if dsl is None:
+            bindings = [vk.VkDescriptorSetLayoutBinding(
+                binding=i, descriptorType=STORAGE_BUFFER, descriptorCount=1,
+                stageFlags=STAGE_COMPUTE) for i in range(n)]
+            info = vk.VkDescriptorSetLayoutCreateInfo(pBindings=bindings or None)
+            dsl = call(vk.vkCreateDescriptorSetLayout, self._device, info, None)
+            self._set_layouts[n] = dsl
+        return dsl
+
+    def _pipeline_layout(self, n, pc_size):
+        layout = self._layouts.get((n, pc_size))
+        if layout is None:
+            dsl = self._set_layout(n)
+            ranges = [vk.VkPushConstantRange(stageFlags=STAGE_COMPUTE, offset=0, size=pc_size)] \
+                if pc_size else None
+            info = vk.VkPipelineLayoutCreateInfo(pSetLayouts=[dsl], pPushConstantRanges=ranges)
+            layout = call(vk.vkCreatePipelineLayout, self._device, info, None)
+            self._layouts[(n, pc_size)] = layout
+        return layout
+
+    # -- pipelines ----------------------------------------------------------------------------------
+    def create_pipeline(self, spirv, *, name, num_buffers, push_constant_size,
+                        spec_constants=None, entry="main"):
+        """See base.Device.create_pipeline. The shader module lives only during creation."""
+        self._check_open()
+        spirv = bytes(spirv)
+        where = f"kernel '{name}' (backend vulkan): "
+        # Cheap guards: the driver/layer crash the process on such modules (REPORT Q3).
+        if len(spirv) < 20 or len(spirv) % 4 or struct.unpack_from("<I", spirv)[0] != SPIRV_MAGIC:
+            raise PipelineCreationError(where + f"not a SPIR-V module ({len(spirv)} bytes)")
+        limit = self.info["limits"]["max_push_constants_size"]
+        pc_size = (int(push_constant_size) + 3) & ~3
+        if pc_size > limit:
+            raise PipelineCreationError(where + f"{pc_size} bytes of push constants exceed the "
+                                        f"device limit of {limit}")
+        layout = self._pipeline_layout(int(num_buffers), pc_size)
+        keep = []  # sub-structs must outlive the call (their pointers are owned per struct)
+        spec = None
+        if spec_constants:
+            entries, data = pack_spec_constants(spec_constants)
+            spec = vk.VkSpecializationInfo(pMapEntries=entries, dataSize=len(data),
+                                           pData=void_ptr(data))
+            keep += [entries, data]
+        dev, col = self._device, self._collector
+        mark = col.mark()  # messages from here on explain a failure (Mesa sends its reason)
+        module = handle = None
+        fn_name = "vkCreateShaderModule"
+        try:
+            module = vk.vkCreateShaderModule(dev, vk.VkShaderModuleCreateInfo(
+                codeSize=len(spirv), pCode=spirv), None)
+            stage = vk.VkPipelineShaderStageCreateInfo(
+                stage=STAGE_COMPUTE, module=module, pName=entry, pSpecializationInfo=spec)
+            info = vk.VkComputePipelineCreateInfo(stage=stage, layout=layout)
+            fn_name = "vkCreateComputePipelines"
+            # The package returns the whole VkPipeline[1] array, not the handle.
+            handle = vk.vkCreateComputePipelines(dev, self._pipeline_cache, 1, [info], None)[0]
+        except VK_ERRORS as exc:
+            msgs = col.take_since(mark)
+            code, result = result_of(exc)
+            text = (where + f"the driver refused the pipeline: {fn_name} returned {result}"
+                    + (f" ({code})" if code is not None else ""))
+            if msgs:
+                text += "; driver messages:\n  " + "\n  ".join(msgs)
+            err = PipelineCreationError(text)
+            err.kernel, err.backend, err.result, err.driver_messages = name, "vulkan", result, msgs
+            raise err from None
+        finally:
+            if module is not None:  # a pipeline does not need its module after creation
+                vk.vkDestroyShaderModule(dev, module, None)
+            del keep
+        pipe = VulkanPipeline(self, handle, layout, name, int(num_buffers), pc_size)
+        self._pipelines.add(pipe)
+        return pipe
+
+    # -- descriptor sets ----------------------------------------------------------------------------
+    def _alloc_set(self, n):
+        """A descriptor set for n storage buffers, from the first pool with room (new pool if none)."""
+        dsl = self._set_layout(n)
+        for rec in self._pools:
+            if rec[1] >= 1 and rec[2] >= n:
+                break
+        else:
+            rec = self._new_pool(max(DESCRIPTORS_PER_POOL, n))
+        info = vk.VkDescriptorSetAllocateInfo(descriptorPool=rec[0], descriptorSetCount=1,
+                                              pSetLayouts=[dsl])
+        try:
+            sets = vk.vkAllocateDescriptorSets(self._device, info)
+        except (vk.VkErrorOutOfPoolMemory, vk.VkErrorFragmentedPool):
+            rec = self._new_pool(max(DESCRIPTORS_PER_POOL, n))  # our counts say yes, the pool says no
+            info = vk.VkDescriptorSetAllocateInfo(descriptorPool=rec[0], descriptorSetCount=1,
+                                                  pSetLayouts=[dsl])
+            sets = call(vk.vkAllocateDescriptorSets, self._device, info)
+        rec[1] -= 1
+        rec[2] -= n
+        return sets, rec  # `sets` is a VkDescriptorSet[1]: exactly what vkCmdBindDescriptorSets takes
+
+    def _new_pool(self, descriptors):
+        size = vk.VkDescriptorPoolSize(type=STORAGE_BUFFER, descriptorCount=descriptors)
+        info = vk.VkDescriptorPoolCreateInfo(
+            flags=lib.VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT,  # sets die with buffers
+            maxSets=SETS_PER_POOL, pPoolSizes=[size])
+        rec = [call(vk.vkCreateDescriptorPool, self._device, info, None),
+               SETS_PER_POOL, descriptors]
+        self._pools.append(rec)
+        return rec
+
+    def _make_set(self, key, buffers):
+        """Allocate, write and cache the descriptor set binding `buffers` (cold path)."""
+        limit = self.info["limits"]["max_storage_buffer_range"]
+        for b in buffers:
+            if getattr(b, "_device", None) is not self or b._handle is None:
+                raise DeviceError(f"launch: {b!r} is released or belongs to another device")
+            if b._size > limit:
+                raise DeviceError(f"launch: a buffer of {b._size} bytes exceeds this device's "
+                                  f"maxStorageBufferRange ({limit} bytes) and cannot be bound")
+        sets, rec = self._alloc_set(len(buffers))
+        infos = [vk.VkDescriptorBufferInfo(buffer=b._handle, offset=0, range=WHOLE_SIZE)
+                 for b in buffers]
+        writes = [vk.VkWriteDescriptorSet(
+            dstSet=sets[0], dstBinding=i, descriptorCount=1, descriptorType=STORAGE_BUFFER,
+            pBufferInfo=[infos[i]]) for i in range(len(buffers))]
+        vk.vkUpdateDescriptorSets(self._device, len(writes), writes, 0, None)
+        self._sets[key] = (sets, rec)
+        for uid in set(key):
+            self._sets_of_buffer.setdefault(uid, []).append(key)
+        return sets
+
+    def _forget_buffer(self, uid):
+        """Drop the cached sets that bind buffer `uid`; they are freed once no batch can use them."""
+        for key in self._sets_of_buffer.pop(uid, ()):
+            entry = self._sets.pop(key, None)
+            if entry is not None:
+                sets, rec = entry
+                self._retire(lambda s=sets, r=rec, n=len(key): self._free_set(s, r, n))
+
+    def _free_set(self, sets, rec, n):
+        if any(r is rec for r in self._pools):  # the pool may be gone (close)
+            vk.vkFreeDescriptorSets(self._device, rec[0], 1, sets)
+            rec[1] += 1
+            rec[2] += n
+
+    def _destroy_programs(self):
+        """Destroy pools (freeing their sets), layouts and set layouts; called by close()."""
+        d = self._device
+        for rec in self._pools:
+            vk.vkDestroyDescriptorPool(d, rec[0], None)
+        for layout in self._layouts.values():
+            vk.vkDestroyPipelineLayout(d, layout, None)
+        for dsl in self._set_layouts.values():
+            vk.vkDestroyDescriptorSetLayout(d, dsl, None)
+        self._pools, self._layouts, self._set_layouts = [], {}, {}
+        self._sets, self._sets_of_buffer = {}, {}
+
+    # -- command buffers ------------------------------------------------------------------------------
+    def _begin(self):
+        """Start recording into a free command buffer (waiting for the oldest batch if none)."""
+        self._check_open()
+        if not self._free_frames and len(self._inflight) >= MAX_IN_FLIGHT:
+            self._wait(self._inflight[:1])
+        if self._free_frames:
+            frame = self._free_frames.pop()
+        else:
+            frame = _Frame(self._device, self._cmd_pool)
+            self._frames.append(frame)
+        check(lib.vkBeginCommandBuffer(frame.cmd, self._begin_ptr), "vkBeginCommandBuffer")
+        self._frame, self._cmd, self._recorded, self._bound = frame, frame.cmd, 0, None
+        return frame.cmd
+
+    def _flush(self):
+        """End the current command buffer with a COMPUTE->HOST barrier and submit it (no wait)."""
+        frame, cmd, self._recorded = self._frame, self._cmd, 0
+        self._frame = self._cmd = self._bound = None
+        lib.vkCmdPipelineBarrier(cmd, PIPE_COMPUTE, lib.VK_PIPELINE_STAGE_HOST_BIT, 0,
+                                 1, self._mb_c2h_ptr, 0, NULL, 0, NULL)
+        mark = self._collector.mark()
+        fn_name, r = "vkEndCommandBuffer", lib.vkEndCommandBuffer(cmd)
+        if r >= 0:
+            fn_name, r = "vkQueueSubmit", lib.vkQueueSubmit(self._queue, 1, frame.submit_ptr,
+                                                             frame.fence)
+        if r < 0:
+            self._free_frames.append(frame)
+            msgs = "\n  ".join(self._collector.take_since(mark))
+            check(r, fn_name, context="submitting launches" + (f" ({msgs})" if msgs else "") + ": ")
+        self._inflight.append(frame)
+
+    # -- the hot path -------------------------------------------------------------------------------
+    def launch(self, pipeline, buffers, push_constants, groups):
+        """See base.Device.launch. Builds no Vulkan struct once the buffer tuple has been seen."""
+        gx, gy, gz = groups
+        mx, my, mz = self._limits_groups
+        if not (0 <= gx <= mx and 0 <= gy <= my and 0 <= gz <= mz):
+            raise DeviceError(f"kernel '{pipeline.name}': groups {tuple(groups)} exceed "
+                              f"maxComputeWorkGroupCount {self._limits_groups} (fold into 2-D)")
+        handle = pipeline._handle
+        if handle is None:
+            raise DeviceError(f"kernel '{pipeline.name}': pipeline released or its device closed")
+        n = pipeline.num_buffers
+        if len(buffers) != n:
+            raise DeviceError(f"kernel '{pipeline.name}' binds {n} buffers, got {len(buffers)}")
+        cmd = self._cmd
+        if cmd is None:
+            cmd = self._begin()
+        layout = pipeline._layout
+        bound = self._bound
+        if n:
+            key = tuple([b._uid for b in buffers])
+            entry = self._sets.get(key)
+            sets = entry[0] if entry is not None else self._make_set(key, buffers)
+        else:
+            sets = None
+        if bound is None or bound[0] is not pipeline:
+            lib.vkCmdBindPipeline(cmd, BIND_COMPUTE, handle)
+            bound = None
+        if sets is not None and (bound is None or bound[1] is not sets):
+            lib.vkCmdBindDescriptorSets(cmd, BIND_COMPUTE, layout, 0, 1, sets, 0, NULL)
+        self._bound = (pipeline, sets)
+        pcs = pipeline.push_constant_size
+        if pcs:
+            if len(push_constants) != pcs:
+                push_constants = pipeline._padded(push_constants)
+            lib.vkCmdPushConstants(cmd, layout, STAGE_COMPUTE, 0, pcs, ffi.from_buffer(push_constants))
+        elif push_constants:
+            raise DeviceError(f"kernel '{pipeline.name}' declares no push constants, got "
+                              f"{len(push_constants)} bytes")
+        lib.vkCmdDispatch(cmd, gx, gy, gz)
+        # Orders this launch's writes before the next launch's reads and writes (RAW and WAW).
+        lib.vkCmdPipelineBarrier(cmd, PIPE_COMPUTE, PIPE_COMPUTE, 0, 1, self._mb_c2c_ptr,
+                                 0, NULL, 0, NULL)
+        self._recorded += 1
+        if self._recorded >= self.flush_every:
+            self._flush()
+

@@ -1,0 +1,78 @@
+"""The process-wide runtime: device selection, options, the launch path, sync and device-side error flags."""
+import os
+import sys
+
+from .errors import DeviceError
+
+_current = None
+
+
+class Runtime:
+    def __init__(self, backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None):
+        backend = os.environ.get("SPVAD_BACKEND", backend) or "auto"
+        selector = os.environ.get("SPVAD_DEVICE", device)
+        if isinstance(selector, str) and selector.isdigit():
+            selector = int(selector)
+        if backend == "auto":
+            backend = "metal" if sys.platform == "darwin" else "vulkan"
+        if backend == "metal":
+            raise DeviceError("the Metal backend is not available yet; use backend='vulkan' (MoltenVK)")
+        if backend != "vulkan":
+            raise DeviceError(f"unknown backend {backend!r}; expected 'auto', 'vulkan' or 'metal'")
+        from .rhi.vulkan.device import VulkanDevice
+        validation = os.environ.get("SPVAD_VALIDATION", "0") not in ("", "0")
+        self.device = VulkanDevice(selector, validation=validation)
+        self.backend = backend
+        self.ad_stack_size = ad_stack_size
+        self.debug = debug
+        if validate_spirv is None:
+            validate_spirv = debug or "pytest" in sys.modules
+        self.validate_spirv = validate_spirv
+        self.pending_checks = []    # callables run after each sync (adstack overflow flags)
+        self.pending_checks_owners = set()
+        self.pipelines = {}         # (kernel key, task index, spec constants) -> pipeline
+
+    def sync(self):
+        self.device.sync()
+        checks, self.pending_checks = self.pending_checks, []
+        errors = [e for e in (check() for check in checks) if e is not None]
+        if errors:
+            raise errors[0]
+
+    def close(self):
+        self.pending_checks = []
+        self.pending_checks_owners.clear()
+        self.pipelines.clear()
+        self.device.close()
+
+
+def init(backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None):
+    global _current
+    reset()
+    _current = Runtime(backend, device, ad_stack_size, debug, validate_spirv)
+    return _current
+
+
+def get():
+    """The current runtime, created with defaults on first use."""
+    return _current if _current is not None else init()
+
+
+def current():
+    return _current
+
+
+def reset():
+    global _current
+    if _current is not None:
+        rt, _current = _current, None
+        rt.close()
+
+
+def sync():
+    if _current is not None:
+        _current.sync()
+
+
+def device_info():
+    return dict(get().device.info)

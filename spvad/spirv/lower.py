@@ -1,0 +1,298 @@
+"""Lowering of one IR task to a SPIR-V 1.3 compute module (Vulkan, GLSL450 memory model).
+
+main() loads the push constants, computes the thread index, evaluates the task header and runs the body
+under `if tid < num_threads`. Statements map to SPIR-V here (structured control flow, locals); math is the
+LOWER table in lower_ops.py; buffers, atomics and adstacks are in lower_memory.py.
+"""
+from dataclasses import dataclass
+
+from .. import types as T
+from ..errors import SpvadError
+from .lower_memory import Memory, plan_layout
+from .lower_ops import LOWER
+from .module import Module
+from .spec import (BuiltIn, Capability, Decoration, ExecutionMode, ExecutionModel, LoopControl, Op,
+                   SelectionControl, StorageClass)
+
+DEFAULT_FEATURES = {"float64": True, "int64": True, "atomic_float32_add": False}
+GLSL_SET = "GLSL.std.450"
+
+
+class LoweringError(SpvadError):
+    """An IR task that this device's SPIR-V cannot express (e.g. f64 without Float64)."""
+
+
+@dataclass
+class LoweredTask:
+    spirv: bytes          # the module
+    bindings: list        # binding k -> (array_index, field), field in "primal"/"grad"/"dual"; first use
+    flag_binding: object  # int binding of the adstack flag buffer (u32 words), after the arrays, or None
+    push_fields: list     # ("scalar", scalar_index, dtype) or ("shape", array_index, axis, i32), in order
+    push_format: str      # little-endian struct format of the push constants (padding included)
+    push_size: int        # bytes, 0 when nothing is pushed
+    local_size: int       # x size of the 1-D workgroup
+    adstacks: list        # AdStackAlloca nodes in nodes.adstacks_of order (flag bit k <-> adstacks[k])
+    spec_ids: dict        # spec id -> default value of every OpSpecConstant emitted
+
+
+def lower_task(kernel, task, *, local_size=128, features=None):
+    """Lower `task` of `kernel` to SPIR-V; raise LoweringError when the device cannot run it."""
+    features = dict(DEFAULT_FEATURES if features is None else features)
+    return _Lowerer(kernel, task, local_size if task.kind == "parallel" else 1, features).run()
+
+
+class _Lowerer:
+    def __init__(self, kernel, task, local_size, features):
+        self.kernel, self.task, self.local_size, self.features = kernel, task, local_size, features
+        self.m = m = Module(version=(1, 3))
+        m.capability(Capability.Shader)
+        self.glsl_set = m.ext_inst_import(GLSL_SET)
+        self.vals = {}         # IR value statement -> SPIR-V id
+        self.locals = {}       # Alloca -> Function variable
+        self.loop_vars = {}    # RangeFor -> i32 Function variable of its index
+        self.loops = []        # innermost last: [merge label, continue label, broken?]
+        self.stacks = {}       # AdStackAlloca -> its variables (lower_memory)
+        self.spec_ids = {}     # spec id -> (default, constant id)
+        self.cur_label = None
+        self.layout = plan_layout(kernel, task, features)
+        self.mem = Memory(self, self.layout)
+
+    def error(self, msg):
+        return LoweringError(f"kernel {self.kernel.name}, task {self.task.name}: {msg}")
+
+    # ---- types and constants ----
+    def ty(self, dtype):
+        """SPIR-V type of a value of `dtype` (bools are OpTypeBool)."""
+        if dtype.is_bool:
+            return self.m.type_bool()
+        if dtype.is_float:
+            if dtype.bits == 64 and not self.features.get("float64"):
+                raise self.error("f64 needs a device with float64 support")
+            return self.m.type_float(dtype.bits)
+        return self.m.type_int(32, dtype.kind == "i")
+
+    def storage_ty(self, dtype):
+        """Type of `dtype` in buffers and push constants (bools are u32 words)."""
+        return self.m.type_int(32, False) if dtype.is_bool else self.ty(dtype)
+
+    def const(self, dtype, value):
+        return self.m.const(self.ty(dtype), bool(value) if dtype.is_bool else value)
+
+    def u32c(self, v):
+        return self.const(T.u32, v)
+
+    def i32c(self, v):
+        return self.const(T.i32, v)
+
+    def spec_constant(self, spec_id, default):
+        """The u32 OpSpecConstant with `spec_id` (one per id; its users must agree on the default)."""
+        if spec_id in self.spec_ids:
+            if self.spec_ids[spec_id][0] != default:
+                raise self.error(f"spec id {spec_id} has defaults {self.spec_ids[spec_id][0]} and {default}")
+            return self.spec_ids[spec_id][1]
+        if not isinstance(default, int) or default < 1:
+            raise self.error(f"spec-constant capacity {spec_id} needs a positive default, got {default!r}")
+        cid = self.m.spec_const(self.m.type_int(32, False), default, spec_id)
+        self.spec_ids[spec_id] = (default, cid)
+        return cid
+
+    # ---- instructions ----
+    def emit(self, opcode, dtype, *operands):
+        return self.f.emit(opcode, self.ty(dtype), *operands)
+
+    def glsl(self, inst, dtype, *args, narrow=False):
+        if narrow and dtype == T.f64:
+            # GLSL.std.450 defines these only for 16/32-bit floats: compute in f32, convert back.
+            narrowed = [self.emit(Op.OpFConvert, T.f32, a) for a in args]
+            return self.emit(Op.OpFConvert, T.f64, self.glsl(inst, T.f32, *narrowed))
+        return self.f.ext_inst(self.ty(dtype), self.glsl_set, inst, *args)
+
+    def begin(self, label):
+        self.f.begin_block(label)
+        self.cur_label = label
+
+    def value(self, s):
+        return self.vals[s]
+
+    # ---- the entry point ----
+    def builtin(self, builtin, type_id, name):
+        m = self.m
+        var = m.variable(m.type_pointer(StorageClass.Input, type_id), StorageClass.Input)
+        m.decorate(var, Decoration.BuiltIn, builtin)
+        m.name(var, name)
+        return var
+
+    def run(self):
+        m, lay = self.m, self.layout
+        u32 = m.type_int(32, False)
+        uvec3 = m.type_vector(u32, 3)
+        wg_id = self.builtin(BuiltIn.WorkgroupId, uvec3, "gl_WorkGroupID")
+        n_wg = self.builtin(BuiltIn.NumWorkgroups, uvec3, "gl_NumWorkGroups")
+        local = self.builtin(BuiltIn.LocalInvocationIndex, u32, "gl_LocalInvocationIndex")
+        void = m.type_void()
+        self.f = f = m.function(void, m.type_function(void))
+        m.name(f.id, "main")
+        m.entry_point(ExecutionModel.GLCompute, f.id, "main", [wg_id, n_wg, local])
+        m.execution_mode(f.id, ExecutionMode.LocalSize, self.local_size, 1, 1)
+        self.begin(f.new_label())
+        self.push_values = self.mem.load_push() if lay.push_fields else {}
+        # tid = (group.y * groups.x + group.x) * local_size + local index (launches fold into 2-D grids)
+        wg, nwg = f.emit(Op.OpLoad, uvec3, wg_id), f.emit(Op.OpLoad, uvec3, n_wg)
+        row = f.emit(Op.OpIMul, u32, f.emit(Op.OpCompositeExtract, u32, wg, 1),
+                     f.emit(Op.OpCompositeExtract, u32, nwg, 0))
+        group = f.emit(Op.OpIAdd, u32, row, f.emit(Op.OpCompositeExtract, u32, wg, 0))
+        tid = f.emit(Op.OpIAdd, u32, f.emit(Op.OpIMul, u32, group, self.u32c(self.local_size)),
+                     f.emit(Op.OpLoad, u32, local))
+        self.tid = self.emit(Op.OpBitcast, T.i32, tid)
+        self.block(self.task.header)
+        inside = self.emit(Op.OpSLessThan, T.u1, self.tid, self.value(self.task.num_threads))
+        self.if_then_else(inside, self.task.body, None)
+        if f.in_block:
+            f.emit_void(Op.OpReturn)
+        f.end()
+        return LoweredTask(
+            spirv=m.to_bytes(), bindings=list(lay.bindings), flag_binding=lay.flag_binding,
+            push_fields=list(lay.push_fields), push_format=lay.push_format, push_size=lay.push_size,
+            local_size=self.local_size, adstacks=list(lay.adstacks),
+            spec_ids={k: v[0] for k, v in self.spec_ids.items()})
+
+    # ---- statements ----
+    def block(self, block):
+        """Lower statements in order; stop once the current SPIR-V block has terminated (after a
+        Break/Continue, or an If whose branches all left): the rest is unreachable."""
+        for s in block.stmts:
+            if not self.f.in_block:
+                return
+            getattr(self, "lower_" + type(s).__name__)(s)
+
+    def lower_Const(self, s):
+        self.vals[s] = self.const(s.dtype, s.value)
+
+    def lower_ScalarArg(self, s):
+        self.vals[s] = self.push_values[("scalar", s.param.index)]
+
+    def lower_ArrayShape(self, s):
+        self.vals[s] = self.push_values[("shape", s.array.index, s.axis)]
+
+    def lower_ThreadIndex(self, s):
+        self.vals[s] = self.tid
+
+    def lower_Compute(self, s):
+        self.vals[s] = LOWER[s.op](self, s, [self.value(a) for a in s.args])
+
+    def lower_Alloca(self, s):
+        var = self.locals.get(s)
+        if var is None:
+            var = self.locals[s] = self.f.local_variable(self.m.type_pointer(StorageClass.Function,
+                                                                             self.ty(s.dtype)))
+            if s.name:
+                self.m.name(var, s.name)
+        self.f.emit_void(Op.OpStore, var, self.const(s.dtype, 0))   # zero at the statement, each time
+
+    def lower_LocalLoad(self, s):
+        self.vals[s] = self.emit(Op.OpLoad, s.dtype, self.locals[s.slot])
+
+    def lower_LocalStore(self, s):
+        self.f.emit_void(Op.OpStore, self.locals[s.slot], self.value(s.value))
+
+    def lower_GlobalLoad(self, s):
+        self.vals[s] = self.mem.global_load(s)
+
+    def lower_GlobalStore(self, s):
+        self.mem.global_store(s)
+
+    def lower_AtomicRMW(self, s):
+        self.vals[s] = self.mem.atomic(s)
+
+    def lower_If(self, s):
+        self.if_then_else(self.value(s.cond), s.then_body, s.else_body)
+
+    def if_then_else(self, cond, then_body, else_body):
+        f = self.f
+        then, other, merge = f.new_label(), f.new_label(), f.new_label()
+        f.emit_void(Op.OpSelectionMerge, merge, SelectionControl.NONE)
+        f.emit_void(Op.OpBranchConditional, cond, then, other if else_body else merge)
+        reaches_merge = else_body is None or not else_body.stmts
+        for label, body in ((then, then_body), (other, else_body)):
+            if body is None or (body is else_body and not body.stmts):
+                continue
+            self.begin(label)
+            self.block(body)
+            if f.in_block:
+                f.emit_void(Op.OpBranch, merge)
+                reaches_merge = True
+        self.begin(merge)
+        if not reaches_merge:   # both branches left by break/continue: nothing after the If runs
+            f.emit_void(Op.OpUnreachable)
+
+    def lower_RangeFor(self, s):
+        f, i32 = self.f, self.ty(T.i32)
+        var = self.loop_vars.get(s)
+        if var is None:
+            var = self.loop_vars[s] = f.local_variable(self.m.type_pointer(StorageClass.Function, i32))
+        f.emit_void(Op.OpStore, var, self.value(s.begin))
+        header, body, cont, merge = (f.new_label() for _ in range(4))
+        f.emit_void(Op.OpBranch, header)
+        self.begin(header)
+        i = f.emit(Op.OpLoad, i32, var)
+        cmp = Op.OpSLessThan if s.step > 0 else Op.OpSGreaterThan
+        go = self.emit(cmp, T.u1, i, self.value(s.end))
+        f.emit_void(Op.OpLoopMerge, merge, cont, LoopControl.NONE)
+        f.emit_void(Op.OpBranchConditional, go, body, merge)
+        self.loop_body(body, s.body, cont, merge)
+        self.begin(cont)
+        f.emit_void(Op.OpStore, var, f.emit(Op.OpIAdd, i32, f.emit(Op.OpLoad, i32, var), self.i32c(s.step)))
+        f.emit_void(Op.OpBranch, header)
+        self.begin(merge)
+
+    def lower_While(self, s):
+        f = self.f
+        header, body, cont, merge = (f.new_label() for _ in range(4))
+        f.emit_void(Op.OpBranch, header)
+        self.begin(header)
+        f.emit_void(Op.OpLoopMerge, merge, cont, LoopControl.NONE)
+        f.emit_void(Op.OpBranch, body)
+        broken = self.loop_body(body, s.body, cont, merge)
+        self.begin(cont)
+        f.emit_void(Op.OpBranch, header)
+        self.begin(merge)
+        if not broken:   # no Break: the loop never ends, so its merge block is unreachable
+            f.emit_void(Op.OpUnreachable)
+
+    def loop_body(self, label, body, cont, merge):
+        """Lower a loop body starting at `label`; returns whether a Break left the loop."""
+        self.loops.append([merge, cont, False])
+        self.begin(label)
+        self.block(body)
+        if self.f.in_block:
+            self.f.emit_void(Op.OpBranch, cont)
+        return self.loops.pop()[2]
+
+    def lower_LoopIndex(self, s):
+        self.vals[s] = self.emit(Op.OpLoad, T.i32, self.loop_vars[s.loop])
+
+    def lower_Break(self, s):
+        self.loops[-1][2] = True
+        self.f.emit_void(Op.OpBranch, self.loops[-1][0])
+
+    def lower_Continue(self, s):
+        self.f.emit_void(Op.OpBranch, self.loops[-1][1])
+
+    # ---- adstacks ----
+    def lower_AdStackAlloca(self, s):
+        self.mem.adstack_alloca(s)
+
+    def lower_AdStackPush(self, s):
+        self.mem.adstack_push(s)
+
+    def lower_AdStackPop(self, s):
+        self.mem.adstack_pop(s)
+
+    def lower_AdStackLoadTop(self, s):
+        self.vals[s] = self.mem.adstack_load(s, "primal")
+
+    def lower_AdStackLoadTopAdj(self, s):
+        self.vals[s] = self.mem.adstack_load(s, "adjoint")
+
+    def lower_AdStackAccAdjoint(self, s):
+        self.mem.adstack_acc_adjoint(s)

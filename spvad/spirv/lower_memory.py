@@ -1,0 +1,320 @@
+"""Memory side of the IR -> SPIR-V lowering: the task's layout (bindings, push constants), storage
+buffers, global loads/stores, atomics (native or compare-exchange loops) and the adstacks.
+
+Float atomics without a native instruction are compare-exchange loops on the element's bit pattern. The
+simplest valid way to get an integer pointer to a float element is to declare that binding's runtime array
+with the same-width unsigned integer type (a "word view": u32 for f32, u64 for f64); plain loads and
+stores of such a binding bitcast. No two variables alias one binding, which keeps SPIRV-Cross happy.
+"""
+import struct
+from dataclasses import dataclass, field
+
+from .. import types as T
+from ..ir import nodes as N
+from .spec import Capability, Decoration, GLSL, LoopControl, Op, SelectionControl, StorageClass
+
+SCOPE_DEVICE, RELAXED = 1, 0
+INT_ATOMICS = {("add", "i"): Op.OpAtomicIAdd, ("add", "u"): Op.OpAtomicIAdd,
+               ("max", "i"): Op.OpAtomicSMax, ("max", "u"): Op.OpAtomicUMax,
+               ("min", "i"): Op.OpAtomicSMin, ("min", "u"): Op.OpAtomicUMin}
+FLOAT_COMBINE = {"add": (Op.OpFAdd, None), "max": (None, GLSL.FMax), "min": (None, GLSL.FMin)}
+PUSH_FORMAT = {"f32": "f", "f64": "d", "i32": "i", "u32": "I", "u1": "I"}
+MAX_FLAG_BIT = 31   # word 0 has 32 bits: stacks k >= 31 all set bit 31 (their depth words still tell apart)
+
+
+# ---- layout: what the task uses, decided before anything is emitted -------------------------------------
+@dataclass
+class Layout:
+    bindings: list = field(default_factory=list)      # (array_index, field) in first-use order
+    word_view: set = field(default_factory=set)       # bindings declared as integer words (float CAS)
+    push_fields: list = field(default_factory=list)
+    push_offsets: list = field(default_factory=list)
+    push_format: str = "<"
+    push_size: int = 0
+    adstacks: list = field(default_factory=list)
+
+    @property
+    def flag_binding(self):
+        return len(self.bindings) if self.adstacks else None
+
+
+def needs_cas(s, features):
+    """True when AtomicRMW `s` on a float array has no native instruction on this device."""
+    dt = s.array.dtype
+    if not dt.is_float:
+        return False
+    return not (dt == T.f32 and s.kind == "add" and features.get("atomic_float32_add"))
+
+
+def plan_layout(kernel, task, features):
+    lay = Layout(adstacks=N.adstacks_of(task))
+    scalars, shapes = set(), set()
+    for s in list(N.walk(task.header)) + list(N.walk(task.body)):
+        if isinstance(s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)):
+            key = (s.array.index, s.field)
+            if key not in lay.bindings:
+                lay.bindings.append(key)
+            shapes.update((s.array.index, axis) for axis in range(1, s.array.ndim))
+            if isinstance(s, N.AtomicRMW) and needs_cas(s, features):
+                lay.word_view.add(key)
+        elif isinstance(s, N.ArrayShape):
+            shapes.add((s.array.index, s.axis))
+        elif isinstance(s, N.ScalarArg):
+            scalars.add(s.param.index)
+    # 8-byte scalars first, so no padding is ever needed; then 4-byte scalars; then shapes.
+    by_index = {p.index: p for p in kernel.scalars}
+    wide = [i for i in sorted(scalars) if by_index[i].dtype.nbytes == 8]
+    narrow = [i for i in sorted(scalars) if by_index[i].dtype.nbytes != 8]
+    lay.push_fields = [("scalar", i, by_index[i].dtype) for i in wide + narrow]
+    lay.push_fields += [("shape", a, axis, T.i32) for a, axis in sorted(shapes)]
+    offset, fmt = 0, "<"
+    for pf in lay.push_fields:
+        dt = pf[-1]
+        size = 8 if dt == T.f64 else 4
+        if offset % size:   # unreachable with the ordering above; kept so the format stays honest
+            fmt += f"{size - offset % size}x"
+            offset += size - offset % size
+        lay.push_offsets.append(offset)
+        fmt += PUSH_FORMAT[dt.name]
+        offset += size
+    lay.push_format, lay.push_size = fmt, offset
+    assert struct.calcsize(fmt) == offset
+    return lay
+
+
+# ---- declarations ---------------------------------------------------------------------------------------
+class Memory:
+    """Buffer and push-constant variables of one module, and the per-statement memory lowerings."""
+
+    def __init__(self, L, layout):
+        self.L, self.lay = L, layout
+        m = L.m
+        self.u32, self.i32 = m.type_int(32, False), m.type_int(32, True)
+        self.scope, self.relaxed = L.u32c(SCOPE_DEVICE), L.u32c(RELAXED)
+        self._structs = {}     # element type id -> Block struct id
+        self.buffers = {}      # (array_index, field) -> (variable id, element type id)
+        arrays = {a.index: a for a in L.kernel.arrays}
+        for binding, key in enumerate(layout.bindings):
+            a = arrays[key[0]]
+            elem = self.word_type(a.dtype) if key in layout.word_view else L.storage_ty(a.dtype)
+            suffix = "" if key[1] == "primal" else "." + key[1]
+            self.buffers[key] = (self.buffer_variable(elem, binding, a.name + suffix), elem)
+        if layout.adstacks:
+            self.flag = self.buffer_variable(self.u32, layout.flag_binding, "adstack_flags")
+        self.push_var = None
+        if layout.push_fields:
+            members = [L.storage_ty(pf[-1]) for pf in layout.push_fields]
+            st = m.type_struct(members, unique=True)
+            m.decorate(st, Decoration.Block)
+            for k, off in enumerate(layout.push_offsets):
+                m.member_decorate(st, k, Decoration.Offset, off)
+            m.name(st, "Push")
+            self.push_var = m.variable(m.type_pointer(StorageClass.PushConstant, st),
+                                       StorageClass.PushConstant)
+            m.name(self.push_var, "push")
+
+    def word_type(self, dt):
+        if dt.bits == 64:
+            feats = self.L.features   # "int64_atomics" when the device reports it, else "int64"
+            if not feats.get("int64_atomics", feats.get("int64")):
+                raise self.L.error("f64 atomics need 64-bit integer atomics, which the device lacks")
+            self.L.m.capability(Capability.Int64Atomics)
+        return self.L.m.type_int(dt.bits, False)
+
+    def buffer_variable(self, elem, binding, name):
+        m = self.L.m
+        st = self._structs.get(elem)
+        if st is None:
+            rta = m.type_runtime_array(elem)
+            m.decorate(rta, Decoration.ArrayStride, 8 if m.type_info(elem)[1] == 64 else 4)
+            st = m.type_struct([rta], unique=True)
+            m.decorate(st, Decoration.Block)
+            m.member_decorate(st, 0, Decoration.Offset, 0)
+            self._structs[elem] = st
+        var = m.variable(m.type_pointer(StorageClass.StorageBuffer, st), StorageClass.StorageBuffer)
+        m.decorate(var, Decoration.DescriptorSet, 0)
+        m.decorate(var, Decoration.Binding, binding)
+        m.name(var, name)
+        return var
+
+    def load_push(self):
+        """Load every pushed field once, at the top of main: {("scalar", i) | ("shape", a, axis): id}."""
+        L, out = self.L, {}
+        for k, pf in enumerate(self.lay.push_fields):
+            dt = pf[-1]
+            st = L.storage_ty(dt)
+            ptr = L.f.emit(Op.OpAccessChain, L.m.type_pointer(StorageClass.PushConstant, st), self.push_var,
+                           L.i32c(k))
+            v = L.f.emit(Op.OpLoad, st, ptr)
+            out[pf[:-1]] = L.emit(Op.OpINotEqual, T.u1, v, L.u32c(0)) if dt.is_bool else v
+        return out
+
+    # ---- global memory ----
+    def element_ptr(self, s):
+        """Pointer to the element `s` (GlobalLoad/GlobalStore/AtomicRMW) addresses, row-major."""
+        L = self.L
+        var, elem = self.buffers[(s.array.index, s.field)]
+        idx = L.value(s.indices[0])
+        for axis in range(1, s.array.ndim):
+            dim = L.push_values[("shape", s.array.index, axis)]
+            idx = L.f.emit(Op.OpIAdd, self.i32, L.f.emit(Op.OpIMul, self.i32, idx, dim),
+                           L.value(s.indices[axis]))
+        ptr_t = L.m.type_pointer(StorageClass.StorageBuffer, elem)
+        return L.f.emit(Op.OpAccessChain, ptr_t, var, L.i32c(0), idx), elem
+
+    def from_storage(self, dt, elem, v):
+        """A loaded element (storage type `elem`) as a value of `dt`."""
+        L = self.L
+        if dt.is_bool:
+            return L.emit(Op.OpINotEqual, T.u1, v, L.u32c(0))
+        if elem != L.ty(dt):
+            return L.emit(Op.OpBitcast, dt, v)
+        return v
+
+    def to_storage(self, dt, elem, v):
+        L = self.L
+        if dt.is_bool:
+            return L.f.emit(Op.OpSelect, self.u32, v, L.u32c(1), L.u32c(0))
+        if elem != L.ty(dt):
+            return L.f.emit(Op.OpBitcast, elem, v)
+        return v
+
+    def global_load(self, s):
+        ptr, elem = self.element_ptr(s)
+        return self.from_storage(s.dtype, elem, self.L.f.emit(Op.OpLoad, elem, ptr))
+
+    def global_store(self, s):
+        ptr, elem = self.element_ptr(s)
+        self.L.f.emit_void(Op.OpStore, ptr, self.to_storage(s.array.dtype, elem, self.L.value(s.value)))
+
+    def atomic(self, s):
+        L, dt = self.L, s.array.dtype
+        ptr, elem = self.element_ptr(s)
+        v = L.value(s.value)
+        if dt.is_int:
+            return L.f.emit(INT_ATOMICS[s.kind, dt.kind], elem, ptr, self.scope, self.relaxed, v)
+        if elem == L.ty(dt):   # native float add (a word-view binding takes CAS for all its atomics)
+            L.m.extension("SPV_EXT_shader_atomic_float_add")
+            L.m.capability(Capability.AtomicFloat32AddEXT)
+            return L.f.emit(Op.OpAtomicFAddEXT, elem, ptr, self.scope, self.relaxed, v)
+        return self.cas_loop(s.kind, dt, ptr, elem, v)
+
+    def cas_loop(self, kind, dt, ptr, word, v):
+        """old = *ptr; loop { new = combine(old, v); seen = cmpxchg(ptr, old -> new); if seen == old break;
+        old = seen }. Returns the old value as `dt`."""
+        L, f = self.L, self.L.f
+        pre = L.cur_label
+        header, body, cont, merge = (f.new_label() for _ in range(4))
+        first = f.emit(Op.OpAtomicLoad, word, ptr, self.scope, self.relaxed)
+        f.emit_void(Op.OpBranch, header)
+        L.begin(header)
+        seen = L.m.new_id()
+        cur = f.emit(Op.OpPhi, word, first, pre, seen, cont)
+        f.emit_void(Op.OpLoopMerge, merge, cont, LoopControl.NONE)
+        f.emit_void(Op.OpBranch, body)
+        L.begin(body)
+        old = L.emit(Op.OpBitcast, dt, cur)
+        opcode, inst = FLOAT_COMBINE[kind]
+        new = L.emit(opcode, dt, old, v) if opcode else L.glsl(inst, dt, old, v)
+        f.emit(Op.OpAtomicCompareExchange, word, ptr, self.scope, self.relaxed, self.relaxed,
+               L.f.emit(Op.OpBitcast, word, new), cur, result_id=seen)
+        f.emit_void(Op.OpBranchConditional, L.emit(Op.OpIEqual, T.u1, seen, cur), merge, cont)
+        L.begin(cont)
+        f.emit_void(Op.OpBranch, header)
+        L.begin(merge)
+        return old
+
+    # ---- adstacks (semantics mirror ir/interp.py's _AdStack) ----
+    def adstack_alloca(self, s):
+        """Declare count, primal[N], adjoint[N] on first sight (Function scope, no ArrayStride: NVIDIA
+        rejects it there), and reset count = 0 at the statement."""
+        L, m = self.L, self.L.m
+        st = L.stacks.get(s)
+        if st is None:
+            if s.capacity_spec_id is not None:
+                n, last = L.spec_constant(s.capacity_spec_id, s.capacity), None
+            else:
+                if not isinstance(s.capacity, int) or s.capacity < 1:
+                    raise L.error(f"adstack {s.name or s.id} has no capacity (got {s.capacity!r})")
+                n, last = L.u32c(s.capacity), L.u32c(s.capacity - 1)
+            elem = self.i32 if s.dtype.is_bool else L.ty(s.dtype)
+            arr = m.type_array(elem, length_id=n)
+            fn = StorageClass.Function
+            count = L.f.local_variable(m.type_pointer(fn, self.u32))
+            primal = L.f.local_variable(m.type_pointer(fn, arr))
+            adjoint = L.f.local_variable(m.type_pointer(fn, arr))
+            name = s.name or f"stack{s.id}"
+            for var, what in ((count, "count"), (primal, "primal"), (adjoint, "adjoint")):
+                m.name(var, f"{name}.{what}")
+            st = L.stacks[s] = {"count": count, "primal": primal, "adjoint": adjoint, "n": n, "last": last,
+                                "elem": elem, "k": self.lay.adstacks.index(s)}
+        L.f.emit_void(Op.OpStore, st["count"], L.u32c(0))
+
+    def _slot(self, st, which, index):
+        L = self.L
+        ptr_t = L.m.type_pointer(StorageClass.Function, st["elem"])
+        return L.f.emit(Op.OpAccessChain, ptr_t, st[which], index)
+
+    def _stack_in(self, s, v):
+        """A value of the stack's dtype in its element type (bools are i32 0/1)."""
+        return self.L.f.emit(Op.OpSelect, self.i32, v, self.L.i32c(1), self.L.i32c(0)) \
+            if s.stack.dtype.is_bool else v
+
+    def _stack_out(self, s, v):
+        return self.L.emit(Op.OpINotEqual, T.u1, v, self.L.i32c(0)) if s.stack.dtype.is_bool else v
+
+    def _top(self, st):
+        """Index of the top entry, clamped into the array: min(count - 1, N - 1) (never out of bounds)."""
+        L, u32 = self.L, self.u32
+        count = L.f.emit(Op.OpLoad, u32, st["count"])
+        last = L.f.emit(Op.OpISub, u32, count, L.u32c(1))
+        cap_last = st["last"] or L.f.emit(Op.OpISub, u32, st["n"], L.u32c(1))   # N - 1 (spec: at run time)
+        return count, L.f.ext_inst(u32, L.glsl_set, GLSL.UMin, last, cap_last)
+
+    def adstack_push(self, s):
+        """if count < N { primal[count] = v; adjoint[count] = 0 } else { flag overflow }; count += 1."""
+        L, f, u32 = self.L, self.L.f, self.u32
+        st = L.stacks[s.stack]
+        count = f.emit(Op.OpLoad, u32, st["count"])
+        fits = L.emit(Op.OpULessThan, T.u1, count, st["n"])
+        then, other, merge = f.new_label(), f.new_label(), f.new_label()
+        f.emit_void(Op.OpSelectionMerge, merge, SelectionControl.NONE)
+        f.emit_void(Op.OpBranchConditional, fits, then, other)
+        L.begin(then)
+        f.emit_void(Op.OpStore, self._slot(st, "primal", count), self._stack_in(s, L.value(s.value)))
+        f.emit_void(Op.OpStore, self._slot(st, "adjoint", count), L.m.const(st["elem"], 0))
+        f.emit_void(Op.OpBranch, merge)
+        L.begin(other)
+        k = st["k"]
+        word_t = L.m.type_pointer(StorageClass.StorageBuffer, u32)
+        bits = f.emit(Op.OpAccessChain, word_t, self.flag, L.i32c(0), L.i32c(0))
+        f.emit(Op.OpAtomicOr, u32, bits, self.scope, self.relaxed, L.u32c(1 << min(k, MAX_FLAG_BIT)))
+        depth = f.emit(Op.OpAccessChain, word_t, self.flag, L.i32c(0), L.i32c(N.FLAG_WORDS_HEADER + k))
+        f.emit(Op.OpAtomicUMax, u32, depth, self.scope, self.relaxed,
+               f.emit(Op.OpIAdd, u32, count, L.u32c(1)))
+        f.emit_void(Op.OpBranch, merge)
+        L.begin(merge)
+        f.emit_void(Op.OpStore, st["count"], f.emit(Op.OpIAdd, u32, count, L.u32c(1)))
+
+    def adstack_pop(self, s):
+        L, st = self.L, self.L.stacks[s.stack]
+        count = L.f.emit(Op.OpLoad, self.u32, st["count"])
+        L.f.emit_void(Op.OpStore, st["count"], L.f.emit(Op.OpISub, self.u32, count, L.u32c(1)))
+
+    def adstack_load(self, s, which):
+        L, st = self.L, self.L.stacks[s.stack]
+        _, top = self._top(st)
+        return self._stack_out(s, L.f.emit(Op.OpLoad, st["elem"], self._slot(st, which, top)))
+
+    def adstack_acc_adjoint(self, s):
+        """adjoint[top] += d, only when count <= N (an entry never stored takes no adjoint): branch-free,
+        the old value is stored back otherwise."""
+        L, st = self.L, self.L.stacks[s.stack]
+        count, top = self._top(st)
+        ptr = self._slot(st, "adjoint", top)
+        old = L.f.emit(Op.OpLoad, st["elem"], ptr)
+        d = self._stack_in(s, L.value(s.value))
+        add = Op.OpFAdd if s.stack.dtype.is_float else Op.OpIAdd
+        new = L.f.emit(add, st["elem"], old, d)
+        ok = L.emit(Op.OpULessThanEqual, T.u1, count, st["n"])
+        L.f.emit_void(Op.OpStore, ptr, L.f.emit(Op.OpSelect, st["elem"], ok, new, old))

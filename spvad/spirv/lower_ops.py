@@ -1,0 +1,169 @@
+"""SPIR-V lowering of the IR's math: one row per `Op` (a test checks every op has one).
+
+A row is `row(L, s, args) -> result id`, where `L` is the lowerer (spirv/lower.py), `s` the Compute
+statement and `args` its operand ids. Semantics follow ir/interp.py (Python's floor division and modulo,
+round half away from zero, shifts by the low 5 bits, `!=` true on NaN).
+"""
+from .. import types as T
+from ..ir.ops import Op as IROp
+from .spec import GLSL, Op
+
+
+def _op(opcode):
+    """One instruction whose result type is the statement's dtype."""
+    return lambda L, s, a: L.emit(opcode, s.dtype, *a)
+
+
+def _glsl(inst, narrow=False):
+    """A GLSL.std.450 instruction; `narrow` marks those defined only for 16/32-bit floats."""
+    return lambda L, s, a: L.glsl(inst, s.dtype, *a, narrow=narrow)
+
+
+def _same(L, s, a):
+    return a[0]
+
+
+def _kinds(**rows):
+    """Dispatch on the kind of the first operand: f (float), i (i32), u (u32), b (bool)."""
+    def row(L, s, a):
+        kind = s.args[0].dtype.kind
+        if kind not in rows:
+            raise L.error(f"{s.op.value} is not defined for {s.args[0].dtype}")
+        return rows[kind](L, s, a)
+    return row
+
+
+def _u_sign(L, s, a):
+    return L.emit(Op.OpSelect, s.dtype, L.emit(Op.OpINotEqual, T.u1, a[0], L.const(s.dtype, 0)),
+                  L.const(s.dtype, 1), L.const(s.dtype, 0))
+
+
+def _round(L, s, a):
+    # Half away from zero, as the interpreter: t = trunc(x); |x - t| >= 0.5 ? t + sign(x) : t.
+    # (GLSL Round leaves the direction of .5 to the implementation.)
+    dt, x = s.dtype, a[0]
+    t = L.glsl(GLSL.Trunc, dt, x)
+    half = L.emit(Op.OpFOrdGreaterThanEqual, T.u1, L.glsl(GLSL.FAbs, dt, L.emit(Op.OpFSub, dt, x, t)),
+                  L.const(dt, 0.5))
+    return L.emit(Op.OpSelect, dt, half, L.emit(Op.OpFAdd, dt, t, L.glsl(GLSL.FSign, dt, x)), t)
+
+
+def _i_divmod(L, s, a):
+    """Python (a // b, a % b) on i32 from the truncating OpSDiv/OpSRem: when the remainder is non-zero
+    and its sign differs from b's, q -= 1 and r += b. (Not OpSMod: lavapipe's gives the remainder.)"""
+    dt, (x, y) = s.dtype, a
+    q, r = L.emit(Op.OpSDiv, dt, x, y), L.emit(Op.OpSRem, dt, x, y)
+    zero = L.const(dt, 0)
+    fix = L.emit(Op.OpLogicalAnd, T.u1, L.emit(Op.OpINotEqual, T.u1, r, zero),
+                 L.emit(Op.OpSLessThan, T.u1, L.emit(Op.OpBitwiseXor, dt, r, y), zero))
+    return (L.emit(Op.OpSelect, dt, fix, L.emit(Op.OpISub, dt, q, L.const(dt, 1)), q),
+            L.emit(Op.OpSelect, dt, fix, L.emit(Op.OpIAdd, dt, r, y), r))
+
+
+def _i_floordiv(L, s, a):
+    return _i_divmod(L, s, a)[0]
+
+
+def _i_mod(L, s, a):
+    return _i_divmod(L, s, a)[1]
+
+
+def _f_floordiv(L, s, a):
+    return L.glsl(GLSL.Floor, s.dtype, L.emit(Op.OpFDiv, s.dtype, *a))
+
+
+def _shift(opcode):
+    # Shifting by >= 32 is undefined in SPIR-V: use the low 5 bits, as the interpreter does.
+    def row(L, s, a):
+        amount_t = s.args[1].dtype
+        return L.emit(opcode, s.dtype, a[0], L.emit(Op.OpBitwiseAnd, amount_t, a[1], L.const(amount_t, 31)))
+    return row
+
+
+def _cmp(opcode):
+    return lambda L, s, a: L.emit(opcode, T.u1, *a)
+
+
+def _bool_order(opcode):
+    """Ordering comparisons of bools (False < True) on their 0/1 values."""
+    def row(L, s, a):
+        return L.emit(opcode, T.u1, *(L.emit(Op.OpSelect, T.u32, x, L.const(T.u32, 1), L.const(T.u32, 0))
+                                      for x in a))
+    return row
+
+
+def _compare(f, i, u, b=None):
+    rows = {"f": _cmp(f), "i": _cmp(i), "u": _cmp(u), "b": _bool_order(b) if b else None}
+    return _kinds(**{k: v for k, v in rows.items() if v})
+
+
+def _cast(L, s, a):
+    src, dst, x = s.args[0].dtype, s.dtype, a[0]
+    if src == dst:
+        return x
+    if src.is_bool:
+        return L.emit(Op.OpSelect, dst, x, L.const(dst, 1), L.const(dst, 0))
+    if dst.is_bool:   # `x != 0`, true for NaN as in Python
+        ne = Op.OpFUnordNotEqual if src.is_float else Op.OpINotEqual
+        return L.emit(ne, T.u1, x, L.const(src, 0))
+    if src.is_float:
+        return L.emit(Op.OpFConvert if dst.is_float else
+                      Op.OpConvertFToS if dst.kind == "i" else Op.OpConvertFToU, dst, x)
+    if dst.is_float:
+        return L.emit(Op.OpConvertSToF if src.kind == "i" else Op.OpConvertUToF, dst, x)
+    return L.emit(Op.OpBitcast, dst, x)   # i32 <-> u32 keep the bit pattern
+
+
+LOWER = {
+    IROp.NEG: _kinds(f=_op(Op.OpFNegate), i=_op(Op.OpSNegate), u=_op(Op.OpSNegate)),
+    IROp.ABS: _kinds(f=_glsl(GLSL.FAbs), i=_glsl(GLSL.SAbs), u=_same),
+    IROp.SIGN: _kinds(f=_glsl(GLSL.FSign), i=_glsl(GLSL.SSign), u=_u_sign),
+    IROp.SIN: _glsl(GLSL.Sin, narrow=True),
+    IROp.COS: _glsl(GLSL.Cos, narrow=True),
+    IROp.TAN: _glsl(GLSL.Tan, narrow=True),
+    IROp.ASIN: _glsl(GLSL.Asin, narrow=True),
+    IROp.ACOS: _glsl(GLSL.Acos, narrow=True),
+    IROp.ATAN: _glsl(GLSL.Atan, narrow=True),
+    IROp.SINH: _glsl(GLSL.Sinh, narrow=True),
+    IROp.COSH: _glsl(GLSL.Cosh, narrow=True),
+    IROp.TANH: _glsl(GLSL.Tanh, narrow=True),
+    IROp.EXP: _glsl(GLSL.Exp, narrow=True),
+    IROp.LOG: _glsl(GLSL.Log, narrow=True),
+    IROp.LOG2: _glsl(GLSL.Log2, narrow=True),
+    IROp.SQRT: _glsl(GLSL.Sqrt),
+    IROp.RSQRT: _glsl(GLSL.InverseSqrt),
+    IROp.FLOOR: _glsl(GLSL.Floor),
+    IROp.CEIL: _glsl(GLSL.Ceil),
+    IROp.ROUND: _round,
+    IROp.NOT: _op(Op.OpLogicalNot),
+    IROp.BIT_NOT: _op(Op.OpNot),
+    IROp.CAST: _cast,
+    IROp.ADD: _kinds(f=_op(Op.OpFAdd), i=_op(Op.OpIAdd), u=_op(Op.OpIAdd)),
+    IROp.SUB: _kinds(f=_op(Op.OpFSub), i=_op(Op.OpISub), u=_op(Op.OpISub)),
+    IROp.MUL: _kinds(f=_op(Op.OpFMul), i=_op(Op.OpIMul), u=_op(Op.OpIMul)),
+    IROp.DIV: _kinds(f=_op(Op.OpFDiv)),
+    IROp.FLOORDIV: _kinds(f=_f_floordiv, i=_i_floordiv, u=_op(Op.OpUDiv)),
+    IROp.MOD: _kinds(f=_op(Op.OpFMod), i=_i_mod, u=_op(Op.OpUMod)),
+    IROp.POW: _glsl(GLSL.Pow, narrow=True),
+    IROp.ATAN2: _glsl(GLSL.Atan2, narrow=True),
+    IROp.MIN: _kinds(f=_glsl(GLSL.FMin), i=_glsl(GLSL.SMin), u=_glsl(GLSL.UMin)),
+    IROp.MAX: _kinds(f=_glsl(GLSL.FMax), i=_glsl(GLSL.SMax), u=_glsl(GLSL.UMax)),
+    IROp.BIT_AND: _op(Op.OpBitwiseAnd),
+    IROp.BIT_OR: _op(Op.OpBitwiseOr),
+    IROp.BIT_XOR: _op(Op.OpBitwiseXor),
+    IROp.SHL: _shift(Op.OpShiftLeftLogical),
+    IROp.SHR: _kinds(i=_shift(Op.OpShiftRightArithmetic), u=_shift(Op.OpShiftRightLogical)),
+    IROp.LT: _compare(Op.OpFOrdLessThan, Op.OpSLessThan, Op.OpULessThan, Op.OpULessThan),
+    IROp.LE: _compare(Op.OpFOrdLessThanEqual, Op.OpSLessThanEqual, Op.OpULessThanEqual, Op.OpULessThanEqual),
+    IROp.GT: _compare(Op.OpFOrdGreaterThan, Op.OpSGreaterThan, Op.OpUGreaterThan, Op.OpUGreaterThan),
+    IROp.GE: _compare(Op.OpFOrdGreaterThanEqual, Op.OpSGreaterThanEqual, Op.OpUGreaterThanEqual,
+                      Op.OpUGreaterThanEqual),
+    IROp.EQ: _kinds(f=_cmp(Op.OpFOrdEqual), i=_cmp(Op.OpIEqual), u=_cmp(Op.OpIEqual),
+                    b=_cmp(Op.OpLogicalEqual)),
+    # Python's `!=` is true when either side is NaN: unordered.
+    IROp.NE: _kinds(f=_cmp(Op.OpFUnordNotEqual), i=_cmp(Op.OpINotEqual), u=_cmp(Op.OpINotEqual),
+                    b=_cmp(Op.OpLogicalNotEqual)),
+    IROp.AND: _op(Op.OpLogicalAnd),
+    IROp.OR: _op(Op.OpLogicalOr),
+    IROp.SELECT: _op(Op.OpSelect),
+}

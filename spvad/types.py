@@ -1,0 +1,86 @@
+"""Scalar dtypes of spvad (f32, f64, i32, u32, u1) and numpy-like type promotion."""
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    kind: str      # 'f' float, 'i' signed int, 'u' unsigned int, 'b' bool
+    bits: int
+    np_name: str
+
+    @property
+    def np(self):
+        return np.dtype(self.np_name)
+
+    @property
+    def is_float(self):
+        return self.kind == "f"
+
+    @property
+    def is_int(self):
+        return self.kind in "iu"
+
+    @property
+    def is_bool(self):
+        return self.kind == "b"
+
+    @property
+    def nbytes(self):
+        return max(self.bits // 8, 4) if self.kind == "b" else self.bits // 8
+
+    def __repr__(self):
+        return self.name
+
+    def __call__(self, value):
+        """`sp.f32(v)` outside kernels converts like numpy; inside kernels it is a cast."""
+        return self.np.type(value)
+
+
+f32 = DType("f32", "f", 32, "float32")
+f64 = DType("f64", "f", 64, "float64")
+i32 = DType("i32", "i", 32, "int32")
+u32 = DType("u32", "u", 32, "uint32")
+u1 = DType("u1", "b", 32, "bool")   # stored as a 32-bit word in buffers
+ALL = (f32, f64, i32, u32, u1)
+DEFAULT_FLOAT, DEFAULT_INT = f32, i32
+
+_BY_NP = {"float32": f32, "float64": f64, "int32": i32, "uint32": u32, "bool": u1}
+
+
+def from_numpy_dtype(dt):
+    """Map a numpy dtype to a spvad dtype, or None when spvad has no such dtype."""
+    return _BY_NP.get(np.dtype(dt).name)
+
+
+def storage_np_dtype(dt: DType):
+    """numpy dtype of one element in a device buffer (bools are 32-bit words there)."""
+    return np.dtype("uint32") if dt.is_bool else dt.np
+
+
+def promote(a: DType, b: DType) -> DType:
+    """Binary-op result type: floats beat ints beat bools; the wider float wins; i32 beats u32."""
+    if a == b:
+        return i32 if a.is_bool else a
+    if a.is_float or b.is_float:
+        return f64 if f64 in (a, b) else f32
+    if i32 in (a, b):
+        return i32
+    if u32 in (a, b):
+        return u32
+    return i32
+
+
+def python_scalar_dtype(value):
+    """dtype of a plain Python/numpy scalar argument with no annotation (Python floats are f32, as in Taichi)."""
+    if isinstance(value, (bool, np.bool_)):
+        return u1
+    if isinstance(value, np.generic):
+        return from_numpy_dtype(value.dtype)
+    if isinstance(value, int):
+        return i32
+    if isinstance(value, float):
+        return f32
+    return None

@@ -1,0 +1,365 @@
+"""Vulkan RHI tests on hand-written SPIR-V (runs on lavapipe; every test ends with zero validation
+messages, synchronization validation included)."""
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+
+from spvad.errors import DeviceError, PipelineCreationError  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("spirv-as") is None, reason="needs spirv-as")
+
+HEADER = """
+               OpCapability Shader
+               OpMemoryModel Logical GLSL450
+               OpEntryPoint GLCompute %main "main" %gid
+               OpExecutionMode %main LocalSize 64 1 1
+               OpDecorate %gid BuiltIn GlobalInvocationId
+               OpDecorate %rta ArrayStride 4
+               OpMemberDecorate %buf 0 Offset 0
+               OpDecorate %buf Block
+               OpMemberDecorate %pcs 0 Offset 0
+               OpDecorate %pcs Block
+               OpDecorate %A DescriptorSet 0
+               OpDecorate %A Binding 0
+               OpDecorate %B DescriptorSet 0
+               OpDecorate %B Binding 1
+               OpDecorate %C DescriptorSet 0
+               OpDecorate %C Binding 2
+"""
+TYPES = """
+       %void = OpTypeVoid
+       %fnty = OpTypeFunction %void
+      %float = OpTypeFloat 32
+       %uint = OpTypeInt 32 0
+        %int = OpTypeInt 32 1
+       %bool = OpTypeBool
+     %v3uint = OpTypeVector %uint 3
+      %p_in3 = OpTypePointer Input %v3uint
+        %gid = OpVariable %p_in3 Input
+        %rta = OpTypeRuntimeArray %float
+        %buf = OpTypeStruct %rta
+     %p_sbuf = OpTypePointer StorageBuffer %buf
+       %p_sf = OpTypePointer StorageBuffer %float
+          %A = OpVariable %p_sbuf StorageBuffer
+          %B = OpVariable %p_sbuf StorageBuffer
+          %C = OpVariable %p_sbuf StorageBuffer
+        %pcs = OpTypeStruct %uint
+       %p_pc = OpTypePointer PushConstant %pcs
+      %p_pcu = OpTypePointer PushConstant %uint
+         %pc = OpVariable %p_pc PushConstant
+         %c0 = OpConstant %uint 0
+"""
+# C[i] = f(A[i], B[i]) for i < n, n in the push constants; BODY computes %r from %a and %b.
+MAIN = """
+       %main = OpFunction %void None %fnty
+      %entry = OpLabel
+          %g = OpLoad %v3uint %gid
+          %x = OpCompositeExtract %uint %g 0
+        %pnp = OpAccessChain %p_pcu %pc %c0
+          %n = OpLoad %uint %pnp
+         %ok = OpULessThan %bool %x %n
+               OpSelectionMerge %end None
+               OpBranchConditional %ok %body %end
+       %body = OpLabel
+         %pa = OpAccessChain %p_sf %A %c0 %x
+         %pb = OpAccessChain %p_sf %B %c0 %x
+        %pcx = OpAccessChain %p_sf %C %c0 %x
+          %a = OpLoad %float %pa
+          %b = OpLoad %float %pb
+{body}
+               OpStore %pcx %r
+               OpBranch %end
+        %end = OpLabel
+               OpReturn
+               OpFunctionEnd
+"""
+ADD_BODY = "          %r = OpFAdd %float %a %b"
+# r = (a + b * scale + float(offset)), negated when `negate`: float, int and bool spec constants.
+SPEC_DECOR = """
+               OpDecorate %scale SpecId 0
+               OpDecorate %offset SpecId 1
+               OpDecorate %negate SpecId 2
+"""
+SPEC_TYPES = """
+      %scale = OpSpecConstant %float 1
+     %offset = OpSpecConstant %int 0
+     %negate = OpSpecConstantFalse %bool
+"""
+SPEC_BODY = """
+         %bs = OpFMul %float %b %scale
+         %s1 = OpFAdd %float %a %bs
+         %of = OpConvertSToF %float %offset
+         %s2 = OpFAdd %float %s1 %of
+         %ng = OpFNegate %float %s2
+          %r = OpSelect %float %negate %ng %s2"""
+LOCAL = 64
+
+
+def assemble(text):
+    """spirv-as for Vulkan 1.1, then spirv-val (never hand the driver an unvalidated module)."""
+    out = subprocess.run(["spirv-as", "--target-env", "vulkan1.1", "-o", "-", "-"],
+                         input=text.encode(), capture_output=True)
+    assert out.returncode == 0, out.stderr.decode()
+    val = subprocess.run(["spirv-val", "--target-env", "vulkan1.1", "-"], input=out.stdout,
+                         capture_output=True)
+    assert val.returncode == 0, val.stderr.decode() + val.stdout.decode()
+    return out.stdout
+
+
+def add_module():
+    return assemble(HEADER + TYPES + MAIN.format(body=ADD_BODY))
+
+
+def spec_module():
+    return assemble(HEADER + SPEC_DECOR + TYPES + SPEC_TYPES + MAIN.format(body=SPEC_BODY))
+
+
+def poison_capability(code, cap=0x7777):
+    """The module with its first OpCapability operand replaced by an unknown capability."""
+    words = list(struct.unpack(f"<{len(code) // 4}I", code))
+    i = 5
+    while i < len(words):
+        if words[i] & 0xFFFF == 17:  # OpCapability
+            words[i + 1] = cap
+            return struct.pack(f"<{len(words)}I", *words)
+        i += words[i] >> 16
+    raise ValueError("no OpCapability")
+
+
+def make_device(**kw):
+    from spvad.rhi.vulkan.device import VulkanDevice
+    return VulkanDevice(**kw)
+
+
+@pytest.fixture
+def dev():
+    d = make_device(validation=True)
+    yield d
+    msgs = d.validation_messages()
+    d.close()
+    msgs += d.validation_messages()   # leaks show up at vkDestroyDevice
+    assert msgs == [], "\n".join(msgs)
+
+
+def upload(dev, arr):
+    buf = dev.create_buffer(arr.nbytes)
+    buf.view(arr.dtype)[:] = arr
+    return buf
+
+
+def groups_for(n):
+    return ((n + LOCAL - 1) // LOCAL, 1, 1)
+
+
+def test_importing_rhi_does_not_import_vulkan():
+    code = "import sys, spvad.rhi, spvad.rhi.base, spvad.rhi.vulkan; print('vulkan' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 1000, 100_003])
+def test_add_matches_numpy(dev, n):
+    rng = np.random.default_rng(n)
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    A, B, C = upload(dev, a), upload(dev, b), dev.create_buffer(4 * n)
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    dev.launch(pipe, [A, B, C], struct.pack("<I", n), groups_for(n))
+    dev.sync()
+    np.testing.assert_array_equal(C.view(np.float32), a + b)
+
+
+def test_buffers_zeroed_and_zero_size(dev):
+    buf = dev.create_buffer(0)
+    assert buf.nbytes == 0 and buf.view(np.float32).size == 0
+    big = dev.create_buffer(4096)
+    assert not big.view(np.uint8).any()
+    big.release()
+    big.release()  # idempotent
+    with pytest.raises(DeviceError):
+        big.view(np.float32)
+
+
+def test_two_dependent_launches_one_batch(dev):
+    n = 5000
+    a, b = np.arange(n, dtype=np.float32), np.full(n, 0.5, np.float32)
+    A, B, C, D = upload(dev, a), upload(dev, b), dev.create_buffer(4 * n), dev.create_buffer(4 * n)
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    pc = struct.pack("<I", n)
+    dev.launch(pipe, [A, B, C], pc, groups_for(n))
+    dev.launch(pipe, [C, B, D], pc, groups_for(n))   # reads what the first one wrote
+    dev.launch(pipe, [D, B, C], pc, groups_for(n))   # overwrites the first one's output (WAR)
+    dev.sync()
+    np.testing.assert_array_equal(D.view(np.float32), a + 1.0)
+    np.testing.assert_array_equal(C.view(np.float32), a + 1.5)
+
+
+def test_many_launches_then_one_sync(dev):
+    n, steps = 256, 3000   # more than flush_every: early submits in a ring of command buffers
+    X, Y = upload(dev, np.zeros(n, np.float32)), dev.create_buffer(4 * n)
+    one = upload(dev, np.ones(n, np.float32))
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    pc = struct.pack("<I", n)
+    for i in range(steps):    # ping-pong: X -> Y -> X ..., each step adds one
+        src, dst = (X, Y) if i % 2 == 0 else (Y, X)
+        dev.launch(pipe, [src, one, dst], pc, groups_for(n))
+    dev.sync()
+    out = (Y if steps % 2 else X).view(np.float32)
+    np.testing.assert_array_equal(out, np.full(n, steps, np.float32))
+    # host writes before the next launch are seen by it
+    X.view(np.float32)[:] = 10.0
+    dev.launch(pipe, [X, one, Y], pc, groups_for(n))
+    dev.sync()
+    np.testing.assert_array_equal(Y.view(np.float32), np.full(n, 11.0, np.float32))
+
+
+def test_spec_constants_change_behaviour(dev):
+    n = 300
+    a, b = np.linspace(-1, 1, n, dtype=np.float32), np.linspace(2, 3, n, dtype=np.float32)
+    A, B, C = upload(dev, a), upload(dev, b), dev.create_buffer(4 * n)
+    code, pc = spec_module(), struct.pack("<I", n)
+    default = dev.create_pipeline(code, name="spec", num_buffers=3, push_constant_size=4)
+    dev.launch(default, [A, B, C], pc, groups_for(n))
+    dev.sync()
+    np.testing.assert_allclose(C.view(np.float32), a + b, rtol=1e-6)
+    special = dev.create_pipeline(code, name="spec", num_buffers=3, push_constant_size=4,
+                                  spec_constants={0: 3.0, 1: -2, 2: True})
+    dev.launch(special, [A, B, C], pc, groups_for(n))
+    dev.sync()
+    np.testing.assert_allclose(C.view(np.float32), -(a + 3.0 * b - 2.0), rtol=1e-6)
+    special.release()
+    default.release()
+
+
+def test_info_fields(dev):
+    info = dev.info
+    assert info["backend"] == "vulkan"
+    for key in ("name", "driver", "device_type", "api_version"):
+        assert isinstance(info[key], str) and info[key]
+    lim = info["limits"]
+    assert len(lim["max_workgroup_count"]) == 3 and len(lim["max_workgroup_size"]) == 3
+    for key in ("max_workgroup_invocations", "max_push_constants_size",
+                "max_storage_buffer_range", "subgroup_size"):
+        assert lim[key] > 0
+    assert set(info["features"]) >= {"float64", "int64", "atomic_float32_add"}
+    assert all(isinstance(v, bool) for v in info["features"].values())
+
+
+def test_groups_over_limit_raise(dev):
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    bufs = [dev.create_buffer(64) for _ in range(3)]
+    too_many = dev.info["limits"]["max_workgroup_count"][0] + 1
+    with pytest.raises(DeviceError, match="maxComputeWorkGroupCount"):
+        dev.launch(pipe, bufs, struct.pack("<I", 16), (too_many, 1, 1))
+    with pytest.raises(DeviceError, match="binds 3 buffers"):
+        dev.launch(pipe, bufs[:2], struct.pack("<I", 16), (1, 1, 1))
+
+
+def test_select_by_name_and_bogus_selector():
+    d = make_device(selector="LLVMpipe")
+    try:
+        assert "llvmpipe" in d.info["name"].lower()
+    finally:
+        d.close()
+    with pytest.raises(DeviceError, match="llvmpipe"):   # the message lists the devices
+        make_device(selector="no-such-gpu-xyz")
+    with pytest.raises(DeviceError):
+        make_device(selector=99)
+
+
+def test_pipeline_failure_names_kernel_and_device_stays_usable(dev):
+    good = add_module()
+    with pytest.raises(PipelineCreationError) as info:
+        dev.create_pipeline(poison_capability(good), name="my_poisoned_kernel", num_buffers=3,
+                            push_constant_size=4)
+    text = str(info.value)
+    assert "my_poisoned_kernel" in text and "vulkan" in text
+    assert "Unhandled capability" in text or "VK_ERROR_UNKNOWN" in text
+    assert info.value.kernel == "my_poisoned_kernel" and info.value.backend == "vulkan"
+    # the same device still runs a good kernel
+    n = 100
+    a = np.arange(n, dtype=np.float32)
+    A, B, C = upload(dev, a), upload(dev, a), dev.create_buffer(4 * n)
+    pipe = dev.create_pipeline(good, name="add", num_buffers=3, push_constant_size=4)
+    dev.launch(pipe, [A, B, C], struct.pack("<I", n), groups_for(n))
+    dev.sync()
+    np.testing.assert_array_equal(C.view(np.float32), 2 * a)
+
+
+def test_not_spirv_is_refused_before_the_driver(dev):
+    with pytest.raises(PipelineCreationError, match="not a SPIR-V module"):
+        dev.create_pipeline(b"\x00" * 21, name="junk", num_buffers=0, push_constant_size=0)
+
+
+def test_release_while_recorded_is_deferred(dev):
+    n = 128
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    A, B, C = (upload(dev, np.ones(n, np.float32)) for _ in range(3))
+    dev.launch(pipe, [A, B, C], struct.pack("<I", n), groups_for(n))
+    A.release()           # still used by the recorded launch: freed after the sync
+    pipe.release()
+    dev.sync()
+    np.testing.assert_array_equal(C.view(np.float32), np.full(n, 2, np.float32))
+
+
+def test_close_then_new_device_works():
+    for _ in range(3):
+        d = make_device(validation=True)
+        buf = d.create_buffer(64)
+        buf.view(np.float32)[:] = 1
+        pipe = d.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+        d.launch(pipe, [buf, buf, d.create_buffer(64)], struct.pack("<I", 16), (1, 1, 1))
+        d.close()           # closes with recorded launches, live buffers and pipelines
+        d.close()           # idempotent
+        assert d.validation_messages() == []
+        with pytest.raises(DeviceError):
+            d.create_buffer(4)
+
+
+@pytest.mark.parametrize("validation", [False, True])
+def test_launch_overhead_benchmark(validation, capsys):
+    d = make_device(validation=validation)
+    try:
+        n = 64
+        A, B, C = (d.create_buffer(4 * n) for _ in range(3))
+        pipe = d.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+        pc = struct.pack("<I", n)
+        d.launch(pipe, [A, B, C], pc, (1, 1, 1))
+        d.sync()
+        t0 = time.perf_counter()
+        for _ in range(1000):
+            d.launch(pipe, [A, B, C], pc, (1, 1, 1))
+        t1 = time.perf_counter()
+        d.sync()
+        t2 = time.perf_counter()
+        with capsys.disabled():
+            print(f"\n[vulkan rhi, validation={validation}] launch: {(t1 - t0) * 1e3:.2f} us/launch "
+                  f"(Python), sync of 1000 launches: {(t2 - t1) * 1e3:.1f} ms")
+        assert d.validation_messages() == []
+    finally:
+        d.close()
+
+
+def test_descriptor_pools_grow_and_sets_are_freed(dev):
+    """More distinct buffer tuples than one pool holds: a second pool is added; releasing the
+    buffers frees their sets (validation checks pool accounting)."""
+    n = 16
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    one = upload(dev, np.ones(n, np.float32))
+    outs = [dev.create_buffer(4 * n) for _ in range(300)]
+    for i, out in enumerate(outs):
+        dev.launch(pipe, [one, one, out], struct.pack("<I", n), (1, 1, 1))
+    dev.sync()
+    assert len(dev._pools) >= 2
+    assert all((o.view(np.float32) == 2).all() for o in outs)
+    for out in outs:
+        out.release()
+    assert not dev._sets
