@@ -52,6 +52,12 @@ class Ndarray:
         self.grad = Ndarray(self.dtype, self.shape) if needs_grad else None
         self.dual = Ndarray(self.dtype, self.shape) if needs_dual else None
 
+    def __del__(self):
+        # free the device memory with the array (a pending launch keeps it alive until the next sync)
+        buf = getattr(self, "buffer", None)
+        if buf is not None and self._runtime is runtime.current():
+            buf.release()
+
     @property
     def ndim(self):
         return len(self.shape)

@@ -154,7 +154,7 @@ class Memory:
         """Pointer to the element `s` (GlobalLoad/GlobalStore/AtomicRMW) addresses, row-major."""
         L = self.L
         var, elem = self.buffers[(s.array.index, s.field)]
-        idx = L.value(s.indices[0])
+        idx = L.value(s.indices[0]) if s.indices else L.i32c(0)   # a 0-d array has one element
         for axis in range(1, s.array.ndim):
             dim = L.push_values[("shape", s.array.index, axis)]
             idx = L.f.emit(Op.OpIAdd, self.i32, L.f.emit(Op.OpIMul, self.i32, idx, dim),

@@ -166,8 +166,11 @@ class VulkanDevice(ProgramMixin, Device):
         p, props = self._physical, self._props
         atomic = vk.VkPhysicalDeviceShaderAtomicFloatFeaturesEXT() \
             if EXT_ATOMIC_FLOAT in self._device_exts else None
-        feats = vk.VkPhysicalDeviceFeatures2(pNext=atomic)
-        vk.vkGetPhysicalDeviceFeatures2(p, feats)   # fills `feats` and the chained `atomic` in place
+        # 64-bit buffer atomics (the compare-exchange loop of f64 atomic add/max/min needs them)
+        int64_atomic = vk.VkPhysicalDeviceShaderAtomicInt64Features(pNext=atomic) \
+            if self._has_int64_atomics_struct() else None
+        feats = vk.VkPhysicalDeviceFeatures2(pNext=int64_atomic or atomic)
+        vk.vkGetPhysicalDeviceFeatures2(p, feats)   # fills `feats` and the chained structs in place
         has_driver = props.apiVersion >= make_version(1, 2) or \
             "VK_KHR_driver_properties" in self._device_exts
         driver = vk.VkPhysicalDeviceDriverProperties() if has_driver else None
@@ -186,6 +189,8 @@ class VulkanDevice(ProgramMixin, Device):
             "float64": bool(feats.features.shaderFloat64),
             "int64": bool(feats.features.shaderInt64),
             "atomic_float32_add": bool(atomic is not None and atomic.shaderBufferFloat32AtomicAdd),
+            "int64_atomics": bool(int64_atomic is not None and int64_atomic.shaderBufferInt64Atomics
+                                  and feats.features.shaderInt64),
         }
         info = {
             "backend": "vulkan", "name": props.deviceName, "driver": driver_text,
@@ -205,6 +210,9 @@ class VulkanDevice(ProgramMixin, Device):
         }
         return features, atomic, info
 
+    def _has_int64_atomics_struct(self):
+        return self._props.apiVersion >= make_version(1, 2) or "VK_KHR_shader_atomic_int64" in self._device_exts
+
     def _create_device(self):
         features, atomic, self._info = self._query()
         dev_exts = [EXT_PORTABILITY_SUBSET] if EXT_PORTABILITY_SUBSET in self._device_exts else []
@@ -216,7 +224,12 @@ class VulkanDevice(ProgramMixin, Device):
                 shaderBufferFloat32AtomicAdd=1)
         core = vk.VkPhysicalDeviceFeatures(shaderFloat64=int(features["float64"]),
                                            shaderInt64=int(features["int64"]))
-        enable = vk.VkPhysicalDeviceFeatures2(pNext=en_atomic, features=core)
+        en_int64 = None
+        if features["int64_atomics"]:
+            if self._props.apiVersion < make_version(1, 2):
+                dev_exts.append("VK_KHR_shader_atomic_int64")
+            en_int64 = vk.VkPhysicalDeviceShaderAtomicInt64Features(pNext=en_atomic, shaderBufferInt64Atomics=1)
+        enable = vk.VkPhysicalDeviceFeatures2(pNext=en_int64 or en_atomic, features=core)
         families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self._physical)
         qfi = next((i for i, q in enumerate(families)
                     if q.queueFlags & lib.VK_QUEUE_COMPUTE_BIT), None)
