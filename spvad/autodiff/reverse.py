@@ -52,6 +52,7 @@ class _Reverser(Emitter):
         self.adj = {}          # active value or slot -> adjoint Alloca
         self.trips = {}        # loop -> Alloca counting its iterations in the latest replay
         self.snapshots = {}    # construct -> [(slot, AdStackAlloca)]
+        self.flushes = {}      # construct -> {(array, indices): accumulator Alloca} (see _load_scope)
 
     def run(self):
         if not self.act.rev_work:
@@ -193,7 +194,15 @@ class _Reverser(Emitter):
                 self.accumulate(s.value, self.take_adjoint(s.slot))
             elif isinstance(s, N.GlobalLoad):
                 g = self.take_adjoint(s)
-                self.emit(N.AtomicRMW("add", s.array, tuple(m[i] for i in s.indices), g, "grad"))
+                scope = self._load_scope(s)
+                if scope is None:
+                    self.emit(N.AtomicRMW("add", s.array, tuple(m[i] for i in s.indices), g, "grad"))
+                else:   # sum locally, one atomic add after the construct (not one per iteration)
+                    acc = self.flushes.setdefault(scope, {}).get((s.array, s.indices))
+                    if acc is None:
+                        acc = self.new_top(N.Alloca(s.dtype, f"acc_{s.array.name}"), s.loc)
+                        self.flushes[scope][(s.array, s.indices)] = acc
+                    self.emit(N.LocalStore(acc, self.compute(Op.ADD, self.emit(N.LocalLoad(acc)), g)))
             elif isinstance(s, N.GlobalStore):
                 idx = tuple(m[i] for i in s.indices)
                 g = self.emit(N.GlobalLoad(s.array, idx, "grad"))
@@ -207,8 +216,31 @@ class _Reverser(Emitter):
                 for src, dst in ((s.then_body, new.then_body), (s.else_body, new.else_body)):
                     self.in_block(dst, self.replay_and_reverse, src.stmts, dict(m))
                 self.pop_snapshot(s)
+                self.flush_loads(s, m)
             elif isinstance(s, (N.RangeFor, N.While)):
                 self.rev_loop(s, m)
+                self.flush_loads(s, m)
+
+    def _load_scope(self, load):
+        """The outermost construct around `load` that its indices do not depend on, or None."""
+        around = set()
+        for i in load.indices:
+            p = self.act.parent.get(i)
+            while p is not None:
+                around.add(p)
+                p = self.act.parent.get(p)
+        chain, p = [], self.act.parent.get(load)
+        while p is not None:
+            chain.append(p)
+            p = self.act.parent.get(p)
+        outside = [c for c in chain if c not in around]
+        return outside[-1] if outside else None
+
+    def flush_loads(self, construct, m):
+        for (array, indices), acc in self.flushes.get(construct, {}).items():
+            g = self.emit(N.LocalLoad(acc))
+            self.emit(N.LocalStore(acc, self.const(0.0, acc.dtype)))
+            self.emit(N.AtomicRMW("add", array, tuple(m[i] for i in indices), g, "grad"))
 
     def replay_and_reverse(self, stmts, m):
         self.fwd(stmts, m, snap=True)
