@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .autodiff.forward import forward_task
 from .autodiff.reverse import reverse_task
 from .errors import AdStackOverflowError
 from .ir import nodes as N
@@ -94,6 +95,8 @@ def run_passes(kernel, mode, rt, ad_stack_size):
     steps = [simplify.simplify]
     if mode == "reverse":
         steps += [lambda k: make_reverse_kernel(k, ad_stack_size), simplify.simplify]
+    elif mode == "dual":
+        steps += [make_dual_kernel, simplify.simplify]
     elif mode != "forward":
         raise NotImplementedError(f"{mode} mode is not available yet")
     if check:
@@ -113,10 +116,16 @@ def make_reverse_kernel(kernel, ad_stack_size):
     return N.Kernel(kernel.name + "_grad", kernel.arrays, kernel.scalars, tasks, kernel.filename)
 
 
-def compile_kernel(kobj, specs, mode, rt):
+def make_dual_kernel(kernel):
+    """The forward-mode kernel: primal and dual values of every task, in task order."""
+    tasks = [forward_task(kernel, t) for t in kernel.tasks]
+    return N.Kernel(kernel.name + "_fwd", kernel.arrays, kernel.scalars, tasks, kernel.filename)
+
+
+def compile_kernel(kobj, specs, mode, rt, target=None):
     ir, bindings, captured = build_kernel(kobj.fn, specs)
     ir = run_passes(ir, mode, rt, kobj.ad_stack_size if kobj.ad_stack_size is not None else rt.ad_stack_size)
-    features = rt.device.info["features"]
+    features = target or rt.device.info["features"]
     tasks = []
     for task in ir.tasks:
         local = 1 if task.kind == "serial" else rt.device.info.get("preferred_local_size", 128)

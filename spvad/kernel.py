@@ -108,23 +108,36 @@ class Kernel:
             raise ArgumentError(f"kernel {self.name}: argument '{name}' is {dtype} but got float {value!r}")
         return dtype
 
-    def _compiled(self, specs, grad_mode="forward"):
+    def _compiled(self, specs, grad_mode="forward", target=None):
+        """The compiled specialisation for `specs`; `target` = a features dict overriding the device's
+        (e.g. Metal's, for kernel.msl)."""
         rt = runtime.get()
         key = (tuple(s if isinstance(s, T.DType) else (s.dtype, s.ndim, s.needs_grad, s.needs_dual)
-                     for s in specs), grad_mode, self.ad_stack_size or rt.ad_stack_size)
+                     for s in specs), grad_mode, self.ad_stack_size or rt.ad_stack_size,
+               tuple(sorted(target.items())) if target else None, rt.serial)
         ck = self._cache.get(key)
         if ck is None:
-            ck = compile_kernel(self, specs, grad_mode, rt)
+            ck = compile_kernel(self, specs, grad_mode, rt, target)
             self._cache[key] = ck
         return ck
 
     # ---- launch ----
     def __call__(self, *args):
+        from . import tape
+        mode = tape.forward_mode_active()
+        if mode is not None:
+            mode.prepare(self.arrays_of(args))
+            return self.fwd(*args)
         specs, arrays, scalars = self._bind(args)
         ck = self._compiled(specs)
         launch(ck, arrays, scalars)
-        from . import tape
         tape.record(self, args)
+
+    def fwd(self, *args):
+        """Launch the forward-mode derivative: computes the primal outputs and, from the inputs' .dual,
+        the outputs' .dual (directional derivatives)."""
+        specs, arrays, scalars = self._bind(args)
+        launch(self._compiled(specs, "dual"), arrays, scalars)
 
     def grad(self, *args):
         """Launch the reverse-mode derivative: reads the outputs' .grad, accumulates into the inputs' .grad."""
@@ -146,6 +159,14 @@ class Kernel:
         mods = self.spirv(*args, grad=grad)
         mods = [mods] if isinstance(mods, bytes) else mods
         return "\n".join(tools.disassemble(m) for m in mods)
+
+    def msl(self, *args, grad=False):
+        """Metal Shading Language for these argument types (SPIR-V compiled for Metal's features, translated
+        by SPIRV-Cross); one string per task, joined."""
+        from .rhi.metal.translate import METAL_FEATURES, translate
+        specs, _, _ = self._bind(args)
+        ck = self._compiled(specs, "reverse" if grad else "forward", target=METAL_FEATURES)
+        return "\n".join(translate(t.lowered, t.task.name).source for t in ck.tasks)
 
     def ir(self, *args, grad=False):
         from .ir.printer import format_kernel

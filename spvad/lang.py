@@ -20,10 +20,16 @@ def _rsqrt(x):
     return 1.0 / np.sqrt(x)
 
 
+def _round(x):
+    """Round half away from zero, as kernels do (np.round rounds half to even)."""
+    t = np.trunc(x)
+    return np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t)[()]
+
+
 _NUMPY_UNARY = {"sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
                 "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "exp": np.exp,
                 "log": np.log, "log2": np.log2, "sqrt": np.sqrt, "rsqrt": _rsqrt, "floor": np.floor,
-                "ceil": np.ceil, "round": np.round, "abs": np.abs, "sign": np.sign}
+                "ceil": np.ceil, "round": _round, "abs": np.abs, "sign": np.sign}
 for _name, _fn in _NUMPY_UNARY.items():
     globals()[_name] = _builtin(_name, lambda x, _f=_fn: _f(x))
 

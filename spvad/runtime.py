@@ -1,10 +1,12 @@
 """The process-wide runtime: device selection, options, the launch path, sync and device-side error flags."""
+import itertools
 import os
 import sys
 
 from .errors import DeviceError
 
 _current = None
+_serials = itertools.count()
 
 
 class Runtime:
@@ -23,6 +25,7 @@ class Runtime:
         validation = os.environ.get("SPVAD_VALIDATION", "0") not in ("", "0")
         self.device = VulkanDevice(selector, validation=validation)
         self.backend = backend
+        self.serial = next(_serials)   # compile caches are per runtime (captured arrays, features)
         self.ad_stack_size = ad_stack_size
         self.debug = debug
         if validate_spirv is None:

@@ -10,8 +10,11 @@ CONSTRUCTS = (N.If, N.RangeFor, N.While)
 
 
 class Activity:
-    def __init__(self, task):
-        self.task = task
+    """`flag` names the ArrayParam attribute marking differentiated arrays: needs_grad (reverse mode)
+    or needs_dual (forward mode)."""
+
+    def __init__(self, task, flag="needs_grad"):
+        self.task, self.flag = task, flag
         self.stmts = list(N.walk(task.body))
         self.parent = {}                     # stmt -> enclosing construct (or None)
         self._parents(task.body, None)
@@ -33,9 +36,8 @@ class Activity:
             for b in s.blocks():
                 self._parents(b, s)
 
-    @staticmethod
-    def is_grad_array_access(s):
-        return s.array.needs_grad and s.field == "primal" and s.array.dtype.is_float
+    def is_grad_array_access(self, s):
+        return getattr(s.array, self.flag) and s.field == "primal" and s.array.dtype.is_float
 
     def _activity(self):
         fwd, fwd_slots = set(), set()

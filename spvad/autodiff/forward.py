@@ -1,0 +1,128 @@
+"""Forward mode: the dual task computes primal values and, next to each active value, its directional
+derivative `dual(out) = sum_i d out/d arg_i * dual(arg_i)` from the same partials table as reverse mode.
+
+Loads of needs-dual arrays read `x.dual`; stores into needs-dual arrays also write `y.dual`; atomic adds
+add the dual. No adstack is needed: everything runs in forward order.
+"""
+import copy
+
+from ..errors import AutodiffRuleError
+from ..ir import nodes as N
+from ..ir.emit import Emitter
+from ..ir.ops import Op
+from .activity import Activity
+from .rules import partials
+
+
+def forward_task(kernel, task):
+    _check(kernel, task)
+    return _DualBuilder(kernel, task).run()
+
+
+def _check(kernel, task):
+    for s in N.walk(task.body):
+        where = f"\n    at {s.loc}" if s.loc else ""
+        if isinstance(s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)) and s.field != "primal":
+            raise AutodiffRuleError(f"kernel {kernel.name}: a kernel run in forward mode must not access "
+                                    f"'{s.array.name}.{s.field}'{where}")
+
+
+class _DualBuilder(Emitter):
+    def __init__(self, kernel, task):
+        super().__init__()
+        self.kernel, self.task = kernel, task
+        self.act = Activity(task, "needs_dual")
+        self.m = {}        # forward statement -> clone
+        self.dual = {}     # forward value or slot -> its dual (a value, or an Alloca for slots)
+        self.top = []
+
+    def run(self):
+        header = N.Block()
+        self.block = header
+        for s in self.task.header.stmts:
+            self.clone(s)
+        body = N.Block()
+        self.block = body
+        self.stmts(self.task.body.stmts)
+        body.stmts[0:0] = self.top
+        dual = N.Task(self.task.name + "_fwd", self.task.kind, header, self.m[self.task.num_threads], body)
+        return dual
+
+    def clone(self, s):
+        new = copy.copy(s)
+        new.id = next(N._ids)
+        new.replace_operands(self.m)
+        if isinstance(new, N.LoopIndex):
+            new.loop = self.m[s.loop]
+        self.m[s] = new
+        return self.emit(new)
+
+    def dual_of(self, v):
+        return self.dual.get(v) if v in self.act.active else None
+
+    def stmts(self, stmts):
+        act = self.act
+        for s in stmts:
+            self.loc = s.loc
+            if isinstance(s, N.Alloca):
+                self.clone(s)
+                if s in act.active_slots:
+                    self.dual[s] = N.Alloca(s.dtype, f"dual_{s.name}")
+                    self.dual[s].loc = s.loc
+                    self.top.append(self.dual[s])
+            elif isinstance(s, (N.RangeFor, N.While, N.If)):
+                self.construct(s)
+            else:
+                self.clone(s)
+                self.tangent(s)
+
+    def construct(self, s):
+        new = copy.copy(s)
+        new.id = next(N._ids)
+        new.replace_operands(self.m)
+        self.m[s] = new
+        self.emit(new)
+        for name in s.BLOCK_FIELDS:
+            block = N.Block()
+            setattr(new, name, block)
+            saved, self.block = self.block, block
+            self.stmts(getattr(s, name).stmts)
+            self.block = saved
+
+    def tangent(self, s):
+        act, m = self.act, self.m
+        if isinstance(s, N.Compute) and s in act.active:
+            terms = []
+            for a, p in zip(s.args, partials(self, s.op, [m[a] for a in s.args], m[s])):
+                d = self.dual_of(a)
+                if p is not None and d is not None:
+                    terms.append(self.compute(Op.MUL, self.cast(p, s.dtype), self.cast(d, s.dtype)))
+            self.dual[s] = self.sum(terms, s)
+        elif isinstance(s, N.LocalLoad) and s in act.active:
+            self.dual[s] = self.emit(N.LocalLoad(self.dual[s.slot]))
+        elif isinstance(s, N.LocalStore) and s.slot in act.active_slots:
+            self.emit(N.LocalStore(self.dual[s.slot], self.dual_value(s.value, s.slot.dtype)))
+        elif isinstance(s, N.GlobalLoad) and s in act.active:
+            self.dual[s] = self.emit(N.GlobalLoad(s.array, tuple(m[i] for i in s.indices), "dual"))
+        elif isinstance(s, N.GlobalStore) and act.is_grad_array_access(s):
+            self.emit(N.GlobalStore(s.array, tuple(m[i] for i in s.indices),
+                                    self.dual_value(s.value, s.array.dtype), "dual"))
+        elif isinstance(s, N.AtomicRMW) and act.is_grad_array_access(s) and s.value in act.active:
+            if s.kind != "add":
+                raise AutodiffRuleError(f"kernel {self.kernel.name}: sp.atomic_{s.kind} on an active value has "
+                                        f"no forward-mode derivative (the winner depends on thread order)"
+                                        f"\n    at {s.loc}")
+            self.emit(N.AtomicRMW("add", s.array, tuple(m[i] for i in s.indices),
+                                  self.dual_value(s.value, s.array.dtype), "dual"))
+
+    def dual_value(self, v, dtype):
+        d = self.dual_of(v)
+        return self.const(0.0, dtype) if d is None else self.cast(d, dtype)
+
+    def sum(self, terms, like):
+        if not terms:
+            return self.const(0.0, like.dtype)
+        acc = terms[0]
+        for t in terms[1:]:
+            acc = self.compute(Op.ADD, acc, t)
+        return acc
