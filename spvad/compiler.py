@@ -8,6 +8,7 @@ import numpy as np
 
 from .autodiff.forward import forward_task
 from .autodiff.reverse import reverse_task
+from .autodiff.validation import instrument
 from .errors import AdStackOverflowError
 from .ir import nodes as N
 from .ir import simplify, verify
@@ -87,6 +88,7 @@ class CompiledKernel:
     param_bindings: list
     captured: list
     tasks: list
+    check_plan: object = None    # mode "checked": the access checker's extra arrays
 
 
 def run_passes(kernel, mode, rt, ad_stack_size):
@@ -97,6 +99,9 @@ def run_passes(kernel, mode, rt, ad_stack_size):
         steps += [lambda k: make_reverse_kernel(k, ad_stack_size), simplify.simplify]
     elif mode == "dual":
         steps += [make_dual_kernel, simplify.simplify]
+    elif mode == "checked":
+        plan = []
+        steps.append(lambda k: _keep_plan(instrument(k), plan))
     elif mode != "forward":
         raise NotImplementedError(f"{mode} mode is not available yet")
     if check:
@@ -105,6 +110,13 @@ def run_passes(kernel, mode, rt, ad_stack_size):
         kernel = step(kernel)
         if check:
             verify.verify(kernel)
+    kernel.check_plan = plan[0] if mode == "checked" else None
+    return kernel
+
+
+def _keep_plan(result, plan):
+    kernel, p = result
+    plan.append(p)
     return kernel
 
 
@@ -133,4 +145,4 @@ def compile_kernel(kobj, specs, mode, rt, target=None):
         if rt.validate_spirv:
             tools.validate(low.spirv, kernel_name=f"{kobj.name} ({task.name})")
         tasks.append(CompiledTask(task, low, kobj.name))
-    return CompiledKernel(ir, bindings, captured, tasks)
+    return CompiledKernel(ir, bindings, captured, tasks, getattr(ir, "check_plan", None))

@@ -129,9 +129,25 @@ class Kernel:
             mode.prepare(self.arrays_of(args))
             return self.fwd(*args)
         specs, arrays, scalars = self._bind(args)
-        ck = self._compiled(specs)
-        launch(ck, arrays, scalars)
+        if tape.validating():
+            self._checked_launch(specs, arrays, scalars)
+        else:
+            launch(self._compiled(specs), arrays, scalars)
         tape.record(self, args)
+
+    def _checked_launch(self, specs, arrays, scalars):
+        """Run the instrumented variant that detects a read element being overwritten (debug only)."""
+        from .autodiff.validation import violation_check
+        from .ndarray import Ndarray
+        ck = self._compiled(specs, "checked")
+        plan = ck.check_plan
+        if plan is None:
+            return launch(ck, arrays, scalars)
+        everything = arrays + [obj for _, obj in ck.captured]
+        markers = [Ndarray(T.i32, everything[k].shape) for k in plan.marked]
+        violations = Ndarray(T.i32, (len(plan.sites),))
+        launch(ck, arrays, scalars, extra=markers + [violations])
+        runtime.get().pending_checks.append(violation_check(self.name, plan, violations, markers))
 
     def fwd(self, *args):
         """Launch the forward-mode derivative: computes the primal outputs and, from the inputs' .dual,
@@ -180,10 +196,10 @@ def kernel(fn=None, *, ad_stack_size=None):
     return Kernel(fn, ad_stack_size)
 
 
-def launch(ck, arrays, scalars):
+def launch(ck, arrays, scalars, extra=()):
     """Queue every task of a compiled kernel on the device (asynchronous)."""
     rt = runtime.get()
-    arrays = arrays + [obj for _, obj in ck.captured]
+    arrays = arrays + [obj for _, obj in ck.captured] + list(extra)
     shapes = [a.shape for a in arrays]
     for ct in ck.tasks:
         n = eval_num_threads(ct.task, scalars, shapes)

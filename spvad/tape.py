@@ -1,8 +1,16 @@
-"""`sp.Tape`: records kernel launches, then runs their gradients in reverse order on exit."""
+"""`sp.Tape` (records launches, runs their gradients in reverse on exit), `sp.FwdMode`, and custom
+gradients (`@sp.grad_replaced` / `@sp.grad_for`)."""
+import functools
+
 from . import runtime
 from .errors import ArgumentError
 
 _active = []
+
+
+def validating():
+    """True inside a `Tape(validation=True)` when the runtime runs with debug=True."""
+    return bool(_active) and _active[-1].validation and runtime.get().debug
 
 
 def record(kernel, args):
@@ -23,9 +31,14 @@ class Tape:
             if loss.size != 1:
                 raise ArgumentError(f"Tape(loss=...): the loss must hold a single element, got shape {loss.shape}")
         self.loss, self.validation = loss, validation
-        self.launches = []
+        self.launches = []        # (kernel, args) or (CustomGradient, (args, kwargs))
+        self.inside_custom = 0
+        self.custom_arrays = []
 
     def record(self, kernel, args):
+        if self.inside_custom:   # launched by a @grad_replaced function: only remember its arrays
+            self.custom_arrays.extend(kernel.arrays_of(args))
+            return
         self.launches.append((kernel, args))
 
     def __enter__(self):
@@ -41,17 +54,62 @@ class Tape:
 
     def backward(self):
         seen = {}
+        arrays = list(self.custom_arrays)
         for kernel, args in self.launches:
-            for a in kernel.arrays_of(args):
-                if a.grad is not None:
-                    seen[id(a)] = a
+            if not isinstance(kernel, CustomGradient):
+                arrays += kernel.arrays_of(args)
+        for a in arrays:
+            if a.grad is not None:
+                seen[id(a)] = a
         for a in seen.values():
             a.grad.fill(0)
         if self.loss is not None:
             self.loss.grad.fill(1)
         for kernel, args in reversed(self.launches):
-            kernel.grad(*args)
+            if isinstance(kernel, CustomGradient):
+                kernel.backward(*args)
+            else:
+                kernel.grad(*args)
         runtime.sync()
+
+
+class CustomGradient:
+    """A Python function whose gradient a user supplies: a Tape records the call itself and, on the way
+    back, runs the function registered with @sp.grad_for instead of the gradients of its launches."""
+
+    def __init__(self, fn):
+        self.fn, self.grad_fn = fn, None
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        tape = _active[-1] if _active else None
+        if tape is None:
+            return self.fn(*args, **kwargs)
+        tape.launches.append((self, (args, kwargs)))
+        tape.inside_custom += 1
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            tape.inside_custom -= 1
+
+    def backward(self, args, kwargs):
+        if self.grad_fn is None:
+            raise ArgumentError(f"@sp.grad_replaced function {self.fn.__name__} has no @sp.grad_for gradient")
+        self.grad_fn(*args, **kwargs)
+
+
+def grad_replaced(fn):
+    return CustomGradient(fn)
+
+
+def grad_for(primal):
+    if not isinstance(primal, CustomGradient):
+        raise ArgumentError("@sp.grad_for(f) needs f decorated with @sp.grad_replaced")
+
+    def register(grad_fn):
+        primal.grad_fn = grad_fn
+        return grad_fn
+    return register
 
 
 _forward = []

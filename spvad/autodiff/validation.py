@@ -1,0 +1,89 @@
+"""The global-data-access checker (debug + `Tape(validation=True)`): instruments a forward kernel so a
+launch that reads an array element and later overwrites it raises `AutodiffRuleError` at sync.
+
+Per array that a launch both loads and stores, a marker array of the same shape records loads (1 per
+element read); every store first checks its element's marker and, if set, flags its store site in a
+violation array. Runs on the device like any kernel; without debug nothing is instrumented.
+"""
+import copy
+
+import numpy as np
+
+from .. import types as T
+from ..errors import AutodiffRuleError
+from ..ir import nodes as N
+from ..ir.ops import Op
+
+
+class CheckPlan:
+    """What the launcher must add: marker arrays (same shape as `arrays[k]`) and one violation array."""
+
+    def __init__(self, marked, sites):
+        self.marked = marked    # indices (in kernel.arrays) of the arrays given a marker array
+        self.sites = sites      # store sites: (array name, Loc)
+
+
+def instrument(kernel):
+    """Returns (instrumented kernel, CheckPlan), or (kernel, None) when no array is read and written."""
+    loaded = {s.array.index for t in kernel.tasks for s in N.walk(t.body)
+              if isinstance(s, N.GlobalLoad) and s.field == "primal"}
+    stored = {s.array.index for t in kernel.tasks for s in N.walk(t.body)
+              if isinstance(s, N.GlobalStore) and s.field == "primal"}
+    marked = sorted(loaded & stored)
+    if not marked:
+        return kernel, None
+    arrays = list(kernel.arrays)
+    markers = {}
+    for k in marked:
+        a = kernel.arrays[k]
+        markers[k] = N.ArrayParam(f"{a.name}__read", T.i32, a.ndim, len(arrays))
+        arrays.append(markers[k])
+    violations = N.ArrayParam("__violations", T.i32, 1, len(arrays))
+    arrays.append(violations)
+    sites = []
+    out = N.Kernel(kernel.name, arrays, kernel.scalars, [], kernel.filename)
+    for task in kernel.tasks:
+        t = copy.copy(task)
+        t.body = _instrument_block(task.body, markers, violations, sites)
+        out.tasks.append(t)
+    return out, CheckPlan(marked, sites)
+
+
+def _instrument_block(block, markers, violations, sites):
+    stmts = []
+    for s in block.stmts:
+        for name in s.BLOCK_FIELDS:
+            setattr(s, name, _instrument_block(getattr(s, name), markers, violations, sites))
+        marker = markers.get(getattr(s, "array", None) and s.array.index) if isinstance(
+            s, (N.GlobalLoad, N.GlobalStore)) and s.field == "primal" else None
+        if marker is None:
+            stmts.append(s)
+        elif isinstance(s, N.GlobalLoad):
+            one = N.Const(1, T.i32)
+            stmts += [s, one, N.GlobalStore(marker, s.indices, one)]
+        else:
+            site = N.Const(len(sites), T.i32)
+            sites.append((s.array.name, s.loc))
+            was_read = N.GlobalLoad(marker, s.indices)
+            zero, one = N.Const(0, T.i32), N.Const(1, T.i32)
+            cond = N.Compute(Op.NE, (was_read, zero), T.u1)
+            flag = N.Block([one, N.GlobalStore(violations, (site,), one)])
+            stmts += [site, was_read, zero, cond, N.If(cond, flag, N.Block()), s]
+    for s in stmts:
+        if s.loc is None:
+            s.loc = next((x.loc for x in stmts if x.loc is not None), None)
+    return N.Block(stmts)
+
+
+def violation_check(kernel_name, plan, violations, keep_alive):
+    """A sync-time check: the AutodiffRuleError for the first flagged store site, or None."""
+    def check():
+        hits = np.flatnonzero(violations.buffer.view(np.int32)[: len(plan.sites)])
+        if not len(hits):
+            return None
+        name, loc = plan.sites[hits[0]]
+        return AutodiffRuleError(
+            f"kernel {kernel_name} reads elements of '{name}' and overwrites them in the same launch, so its "
+            f"gradient would be wrong (global data access rule); the store is at {loc}")
+    check.keep_alive = (violations, keep_alive)
+    return check
