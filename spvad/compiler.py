@@ -8,6 +8,7 @@ import numpy as np
 
 from .autodiff.forward import forward_task
 from .autodiff.reverse import reverse_task
+from .autodiff.loop_exits import eliminate_loop_exits as _loop_exits_of_task
 from .autodiff.validation import instrument
 from .errors import AdStackOverflowError
 from .ir import nodes as N
@@ -22,6 +23,7 @@ class CompiledTask:
     task: object
     lowered: object
     kernel_name: str
+    depth_probe: object = None   # lowered counting task measuring data-dependent loop depths, or None
 
     @property
     def sizer(self):
@@ -77,9 +79,40 @@ class CompiledTask:
             f"kernel {self.kernel_name}: an adstack overflowed on the device (capacity {max(caps)}, the "
             f"loop needed {needed}); pass ad_stack_size>={needed} (kernel option or sp.init)")
 
+    def measure_depths(self, rt, arrays, scalars, shapes, n):
+        """Run the counting kernel now (it syncs) and return capacities for the measured stacks."""
+        key = ("depths", id(self))
+        entry = rt.pipelines.get(key)
+        if entry is None:
+            low = self.depth_probe
+            pipe = rt.device.create_pipeline(low.spirv, name=self.kernel_name + " (depth probe)",
+                                             num_buffers=len(low.bindings), push_constant_size=low.push_size)
+            entry = rt.pipelines[key] = (pipe, rt.device.create_buffer(4 * self.depth_words), self)
+        pipe, counts, _ = entry
+        rt.sync()
+        view = counts.view(np.int32)[: self.depth_words]
+        view[:] = 0
+        from .kernel import dispatch
+        probe_arrays = arrays + [_Counters(counts)]
+        dispatch(rt, self.depth_probe, pipe, probe_arrays, scalars, shapes + [(self.depth_words,)], n)
+        rt.sync()
+        return {sid: _bucket(int(view[sid])) for sid in self.sizer.measured}
+
     def capacity(self, stack):
         spec = getattr(self, "last_spec", None) or {}
         return spec.get(stack.capacity_spec_id, stack.capacity)
+
+
+class _Counters:
+    """The counting kernel's output buffer, bound like an ndarray."""
+
+    def __init__(self, buffer):
+        self.buffer = buffer
+
+
+def _bucket(depth):
+    """Measured depths round up to a power of two, so nearby depths share one pipeline."""
+    return 1 << max(0, depth - 1).bit_length()
 
 
 @dataclass(eq=False)
@@ -94,7 +127,7 @@ class CompiledKernel:
 def run_passes(kernel, mode, rt, ad_stack_size):
     """The pass pipeline, in order. The IR is verified after every pass in tests and debug runs."""
     check = rt.debug or rt.validate_spirv
-    steps = [simplify.simplify]
+    steps = [simplify.simplify, eliminate_loop_exits]
     if mode == "reverse":
         steps += [lambda k: make_reverse_kernel(k, ad_stack_size), simplify.simplify]
     elif mode == "dual":
@@ -128,6 +161,12 @@ def make_reverse_kernel(kernel, ad_stack_size):
     return N.Kernel(kernel.name + "_grad", kernel.arrays, kernel.scalars, tasks, kernel.filename)
 
 
+def eliminate_loop_exits(kernel):
+    for task in kernel.tasks:
+        _loop_exits_of_task(task)
+    return kernel
+
+
 def make_dual_kernel(kernel):
     """The forward-mode kernel: primal and dual values of every task, in task order."""
     tasks = [forward_task(kernel, t) for t in kernel.tasks]
@@ -144,5 +183,12 @@ def compile_kernel(kobj, specs, mode, rt, target=None):
         low = lower_task(ir, task, local_size=local, features=features)
         if rt.validate_spirv:
             tools.validate(low.spirv, kernel_name=f"{kobj.name} ({task.name})")
-        tasks.append(CompiledTask(task, low, kobj.name))
+        ct = CompiledTask(task, low, kobj.name)
+        count = getattr(task, "count_kernel", None)
+        if count is not None:
+            count_kernel, ct.depth_words = count
+            ct.depth_probe = lower_task(count_kernel, count_kernel.tasks[0], local_size=local, features=features)
+            if rt.validate_spirv:
+                tools.validate(ct.depth_probe.spirv, kernel_name=f"{kobj.name} ({task.name} depth probe)")
+        tasks.append(ct)
     return CompiledKernel(ir, bindings, captured, tasks, getattr(ir, "check_plan", None))

@@ -205,21 +205,23 @@ def launch(ck, arrays, scalars, extra=()):
         n = eval_num_threads(ct.task, scalars, shapes)
         if n <= 0:
             continue
-        low = ct.lowered
         spec = ct.spec_constants(scalars, shapes, n)
-        buffers = [_buffer(arrays[ai], field) for ai, field in low.bindings]
-        if low.flag_binding is not None:
-            buffers.append(ct.flag_buffer(rt))
-        push = b""
-        if low.push_size:
-            vals = [_push_value(f, scalars, shapes) for f in low.push_fields]
-            push = struct.pack(low.push_format, *vals)
-        groups = -(-n // low.local_size)
-        max_x = rt.device.info["limits"]["max_workgroup_count"][0]
-        gx = min(groups, max_x)
-        gy = -(-groups // gx)
-        rt.device.launch(ct.pipeline(rt, spec), buffers, push, (gx, gy, 1))
+        if ct.depth_probe is not None:
+            spec = {**(spec or {}), **ct.measure_depths(rt, arrays, scalars, shapes, n)}
+        extra_buffers = [ct.flag_buffer(rt)] if ct.lowered.flag_binding is not None else []
+        dispatch(rt, ct.lowered, ct.pipeline(rt, spec), arrays, scalars, shapes, n, extra_buffers)
         ct.after_launch(rt, spec)
+
+
+def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=()):
+    """Record one dispatch of a lowered task over `n` threads (launches past 65,535 groups fold into 2-D)."""
+    buffers = [_buffer(arrays[ai], field) for ai, field in low.bindings] + list(extra_buffers)
+    push = b""
+    if low.push_size:
+        push = struct.pack(low.push_format, *[_push_value(f, scalars, shapes) for f in low.push_fields])
+    groups = -(-n // low.local_size)
+    gx = min(groups, rt.device.info["limits"]["max_workgroup_count"][0])
+    rt.device.launch(pipeline, buffers, push, (gx, -(-groups // gx), 1))
 
 
 def _buffer(arr, field):

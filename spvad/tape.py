@@ -85,7 +85,8 @@ class CustomGradient:
         tape = _active[-1] if _active else None
         if tape is None:
             return self.fn(*args, **kwargs)
-        tape.launches.append((self, (args, kwargs)))
+        if not tape.inside_custom:   # nested in another replaced function: the outer gradient covers it
+            tape.launches.append((self, (args, kwargs)))
         tape.inside_custom += 1
         try:
             return self.fn(*args, **kwargs)

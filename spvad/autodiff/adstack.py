@@ -1,5 +1,7 @@
 """Adstack capacities: exact when the compiler can bound a loop's trip count, computed at launch when the
-bound depends on scalar arguments or shapes, else `ad_stack_size` (kernel option, `sp.init`, default).
+bound depends on scalar arguments or shapes, and measured on the device (a counting kernel records each
+loop's largest trip count) when it depends on array data. An explicit `ad_stack_size` (kernel option, else
+`sp.init`) fixes every capacity instead.
 
 Bounds come from interval arithmetic over the loop's begin/end: loop indices range over their loop's
 interval, thread indices over [0, num_threads), a local slot written once (outside loops) over its value.
@@ -8,7 +10,6 @@ from .. import types as T
 from ..ir import nodes as N
 from ..ir.ops import Op
 
-DEFAULT_AD_STACK_SIZE = 64
 
 
 class NeedsLaunchValues(Exception):
@@ -17,6 +18,18 @@ class NeedsLaunchValues(Exception):
 
 class Unbounded(Exception):
     """No bound can be derived (data-dependent loop, while loop)."""
+
+
+class _Ones:
+    """A stand-in for launch values (every scalar and every extent is 1) to test boundedness early."""
+
+    def __getitem__(self, k):
+        return self
+
+    def __int__(self):
+        return 1
+
+    __index__ = __int__
 
 
 class StackSizer:
@@ -35,6 +48,7 @@ class StackSizer:
             if len(ss) == 1 and not loops_of[ss[0]]:
                 self.single_store[slot] = ss[0].value
         self.launch_bounds = {}     # spec id -> loop whose trip bound is evaluated at launch
+        self.measured = {}          # spec id -> loop whose trip count the counting kernel measures
         self.stacks = []
 
     def _loops_around(self, block, loops, out):
@@ -55,13 +69,27 @@ class StackSizer:
             try:
                 stack.capacity = max(1, self.max_trips(stack.bound_loop, None))
             except NeedsLaunchValues:
-                stack.capacity_spec_id = len(self.launch_bounds)
+                try:   # bounded for any scalars/shapes, or does a data-dependent part remain?
+                    self.max_trips(stack.bound_loop, (_Ones(), _Ones(), 1))
+                    table = self.launch_bounds
+                except Unbounded:
+                    table = self.measured
+                stack.capacity_spec_id = self._spec_id(stack.bound_loop, table)
                 stack.capacity = 1   # default of the specialisation constant; set at every launch
-                self.launch_bounds[stack.capacity_spec_id] = stack.bound_loop
             except Unbounded:
-                stack.capacity = DEFAULT_AD_STACK_SIZE
+                stack.capacity_spec_id = self._spec_id(stack.bound_loop, self.measured)
+                stack.capacity = 1
         self.stacks.append(stack)
         return stack
+
+    def _spec_id(self, loop, table):
+        """One specialisation constant per loop (its stacks share the loop's trip count)."""
+        for sid, l in list(self.launch_bounds.items()) + list(self.measured.items()):
+            if l is loop:
+                return sid
+        sid = len(self.launch_bounds) + len(self.measured)
+        table[sid] = loop
+        return sid
 
     # ---- launch-time sizing ----
     def spec_constants(self, scalars, shapes, num_threads):
@@ -95,7 +123,7 @@ class StackSizer:
                 v = int(scalars[s.param.index])
                 return (v, v)
             if isinstance(s, N.ArrayShape):
-                v = shapes[s.array.index][s.axis]
+                v = int(shapes[s.array.index][s.axis])
                 return (v, v)
             return (0, max(n - 1, 0))
         if isinstance(s, N.LoopIndex):

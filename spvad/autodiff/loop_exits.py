@@ -1,4 +1,5 @@
-"""Turn `break`/`continue` into flags so a loop body is straight structured code (reverse mode needs it).
+"""Turn `break`/`continue` into flags so a loop body is straight structured code (reverse mode needs it,
+and every kernel gets it: lavapipe mis-executes divergent breaks taken inside a loop's selections).
 
 `for ...: A; if c: break; B` becomes `brk = False; for ...: {if brk: break}; A; if c: brk = True;
 if not brk: B`. The `if brk: break` check stays the first statement of the body and the loop records its
@@ -44,6 +45,9 @@ def _rewrite_loops(block, allocas):
 
 
 def _rewrite_loop(loop, allocas):
+    if hasattr(loop, "exit_flag"):   # already rewritten (the pass is idempotent)
+        _rewrite_loops(loop.body, allocas)
+        return [loop]
     has_break, has_cont = _targets(loop.body, N.Break), _targets(loop.body, N.Continue)
     loop.exit_flag = None
     if not (has_break or has_cont):

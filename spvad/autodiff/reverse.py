@@ -18,6 +18,7 @@ from ..ir.emit import Emitter
 from ..ir.ops import Op
 from .activity import Activity
 from .adstack import StackSizer
+from .depth_probe import build_count_kernel
 from .loop_exits import eliminate_loop_exits
 from .rules import partials
 
@@ -26,7 +27,10 @@ def reverse_task(kernel, task, sizer_options):
     """Returns the gradient Task of `task`, or None when it has no reverse work."""
     _check_differentiable(kernel, task)
     eliminate_loop_exits(task)
-    return _Reverser(kernel, task, sizer_options).run()
+    grad = _Reverser(kernel, task, sizer_options).run()
+    if grad is not None and grad.stack_sizes.measured:
+        grad.count_kernel = build_count_kernel(kernel, task, grad.stack_sizes.measured)
+    return grad
 
 
 def _check_differentiable(kernel, task):

@@ -38,6 +38,14 @@ class ShapeRef:
         self.array = array
 
 
+class EndedLoopIndex:
+    """What a loop index name means after its loop: indices are scoped to their loop (as in Taichi), so
+    reading one afterwards is an error rather than a silently different value from Python's."""
+
+
+ENDED = EndedLoopIndex()
+
+
 class Scope:
     """Names visible in one (inlined) function: locals, then the function's closure and globals."""
 
@@ -128,7 +136,10 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
             self.block = saved
         if all(isinstance(s, PURE_KINDS) for s in scratch.stmts) and (
                 isinstance(value, N.Stmt) or isinstance(value, PY_SCALARS)):
-            self.scope.names[stmt.targets[0].id] = value if isinstance(value, PY_SCALARS) else Lazy(stmt.value, self.scope)
+            # The Lazy keeps a snapshot of the names it may read: a later rebinding must not change it.
+            snapshot = Scope(self.scope.src, self.scope.names)
+            lazy = value if isinstance(value, PY_SCALARS) else Lazy(stmt.value, snapshot)
+            self.scope.names[stmt.targets[0].id] = lazy
             return True
         return False
 
@@ -194,7 +205,7 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
             self.visit_body(node.body)
         self.loops.pop()
         for t in targets:
-            self.scope.names.pop(t.id, None)
+            self.scope.names[t.id] = ENDED
 
     def continues_this_loop(self, node):
         if isinstance(node, ast.Continue):
@@ -326,6 +337,8 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
 
     def assign_name(self, name, value, dtype=None):
         cur = self.scope.names.get(name)
+        if cur is ENDED or (isinstance(cur, N.Alloca) and cur.task is not self.task):
+            cur = None   # a fresh binding: the old local lived in another dispatch (or was a loop index)
         if isinstance(value, (tuple, N.ArrayParam, FieldRef)) and not isinstance(cur, N.Alloca):
             self.scope.names[name] = value     # compile-time aliases (tuples, arrays)
             return
@@ -414,7 +427,7 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
         else:
             self.visit_body(body)
         self.loops.pop()
-        self.scope.names.pop(targets[0].id, None)
+        self.scope.names[targets[0].id] = ENDED
         self.block = saved
 
     def static_for(self, node):
@@ -483,6 +496,8 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
                 return self.emit(N.LocalLoad(v))
             if isinstance(v, N.ScalarParam):
                 return self.emit(N.ScalarArg(v))
+            if v is ENDED:
+                self.error(f"loop index '{name}' is only defined inside its loop")
             if isinstance(v, Lazy):
                 saved, self.scope = self.scope, v.scope
                 try:

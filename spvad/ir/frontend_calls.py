@@ -116,8 +116,9 @@ class CallsMixin:
         scope = Scope(src)
         scope.params = set(names)
         assigned = src.assigned_names()
-        saved = (self.scope, self.loops, self.src, getattr(self, "return_slot", None), self.loc)
-        self.scope, self.loops, self.src, self.return_slot = scope, [], src, None
+        saved = (self.scope, self.loops, self.src, getattr(self, "return_slot", None),
+                 getattr(self, "return_stores", None), self.loc)
+        self.scope, self.loops, self.src, self.return_slot, self.return_stores = scope, [], src, None, []
         self.inline_stack.append(func)
         try:
             for n, v in zip(names, args):
@@ -128,7 +129,7 @@ class CallsMixin:
             return self.func_body(src)
         finally:
             self.inline_stack.pop()
-            self.scope, self.loops, self.src, self.return_slot, self.loc = saved
+            self.scope, self.loops, self.src, self.return_slot, self.return_stores, self.loc = saved
 
     def func_body(self, src):
         body = src.body_without_docstring()
@@ -154,13 +155,29 @@ class CallsMixin:
         v = self.visit(node.value)
         if isinstance(v, tuple):
             self.error("returning a tuple is only supported from a single final return statement")
-        if self.return_slot is None:
+        slot = self.return_slot
+        if slot is None:
             v = self.typed(v)
-            self.return_slot = N.Alloca(v.dtype, "ret")
-            self.return_slot.loc, self.return_slot.task = self.loc, self.task
-            self.task.body.stmts.insert(self.alloca_at, self.return_slot)
+            slot = self.return_slot = N.Alloca(v.dtype, "ret")
+            slot.loc, slot.task = self.loc, self.task
+            self.task.body.stmts.insert(self.alloca_at, slot)
             self.alloca_at += 1
-        self.emit(N.LocalStore(self.return_slot, self.cast(v, self.return_slot.dtype)))
+        else:
+            v = self.typed(v, like=N.Const(0, slot.dtype))
+            if v.dtype != slot.dtype and T.promote(v.dtype, slot.dtype) != slot.dtype:
+                self.widen_return_slot(slot, T.promote(v.dtype, slot.dtype))
+        store = self.emit(N.LocalStore(slot, self.cast(v, slot.dtype)))
+        self.return_stores.append((self.block, store))
+
+    def widen_return_slot(self, slot, dtype):
+        """Returns of different types promote, as Python values would (`return 1` / `return v * 0.5`):
+        retype the slot and convert the values the earlier returns stored."""
+        slot.dtype = dtype
+        for block, store in self.return_stores:
+            conv = N.Compute(Op.CAST, (store.value,), dtype)
+            conv.loc = store.loc
+            block.stmts.insert(block.stmts.index(store), conv)
+            store.value = conv
 
 
 def tail_returns(stmts):

@@ -7,6 +7,7 @@ LOWER table in lower_ops.py; buffers, atomics and adstacks are in lower_memory.p
 from dataclasses import dataclass
 
 from .. import types as T
+from ..ir import nodes as N
 from ..errors import SpvadError
 from .lower_memory import Memory, plan_layout
 from .lower_ops import LOWER
@@ -67,7 +68,7 @@ class _Lowerer:
             return self.m.type_bool()
         if dtype.is_float:
             if dtype.bits == 64 and not self.features.get("float64"):
-                raise self.error("f64 needs a device with float64 support")
+                raise self.error("f64 needs a device with float64 support (Metal has none)")
             return self.m.type_float(dtype.bits)
         return self.m.type_int(32, dtype.kind == "i")
 
@@ -263,7 +264,17 @@ class _Lowerer:
         """Lower a loop body starting at `label`; returns whether a Break left the loop."""
         self.loops.append([merge, cont, False])
         self.begin(label)
-        self.block(body)
+        stmts = body.stmts
+        if _starts_with_exit_check(stmts):
+            # `if brk: break` as a plain conditional branch to the merge block, the shape glslang emits:
+            # lavapipe (Mesa 22.3) lost divergent breaks taken from selection constructs of a loop.
+            self.block(N.Block(stmts[:1]))
+            rest = self.f.new_label()
+            self.f.emit_void(Op.OpBranchConditional, self.value(stmts[0]), merge, rest)
+            self.loops[-1][2] = True
+            self.begin(rest)
+            stmts = stmts[2:]
+        self.block(N.Block(stmts))
         if self.f.in_block:
             self.f.emit_void(Op.OpBranch, cont)
         return self.loops.pop()[2]
@@ -296,3 +307,10 @@ class _Lowerer:
 
     def lower_AdStackAccAdjoint(self, s):
         self.mem.adstack_acc_adjoint(s)
+
+
+def _starts_with_exit_check(stmts):
+    """Does a loop body open with the loop-exit flag check `%f = local_load brk; if %f: break`?"""
+    return (len(stmts) >= 2 and isinstance(stmts[0], N.LocalLoad) and isinstance(stmts[1], N.If)
+            and stmts[1].cond is stmts[0] and len(stmts[1].then_body.stmts) == 1
+            and isinstance(stmts[1].then_body.stmts[0], N.Break) and not stmts[1].else_body.stmts)

@@ -1,0 +1,64 @@
+"""The counting kernel for data-dependent adstack depths: the forward task without its global writes,
+recording with an atomic max how many iterations each measured loop ran (per execution, over all threads).
+The runtime launches it before the gradient and sizes those loops' stacks from the counts.
+"""
+import copy
+
+from .. import types as T
+from ..ir import nodes as N
+from ..ir.ops import Op
+
+
+def build_count_kernel(kernel, task, measured):
+    """`measured` maps spec id -> loop of `task`; counters[spec id] receives that loop's max trip count."""
+    counters = N.ArrayParam("__trip_counts", T.i32, 1, len(kernel.arrays))
+    loop_ids = {id(loop): sid for sid, loop in measured.items()}
+    allocas = []
+    body = _block(task.body, {}, loop_ids, counters, allocas)
+    body.stmts[0:0] = allocas
+    m = {}
+    header = N.Block([_clone(s, m) for s in task.header.stmts])
+    count_task = N.Task(task.name + "_depth", task.kind, header, m[task.num_threads], body)
+    return N.Kernel(kernel.name + "_depth", kernel.arrays + [counters], kernel.scalars, [count_task],
+                    kernel.filename), max(measured) + 1
+
+
+def _clone(s, m):
+    new = copy.copy(s)
+    new.id = next(N._ids)
+    new.replace_operands(m)
+    if isinstance(new, N.LoopIndex):
+        new.loop = m[s.loop]
+    m[s] = new
+    return new
+
+
+def _block(block, m, loop_ids, counters, allocas):
+    out = []
+    for s in block.stmts:
+        if isinstance(s, (N.GlobalStore, N.AtomicRMW)):
+            continue   # only control flow matters; never write the user's arrays
+        if isinstance(s, (N.RangeFor, N.While, N.If)):
+            new = _clone(s, m)
+            sid = loop_ids.get(id(s))
+            count = None
+            if sid is not None:
+                count = N.Alloca(T.i32, "trips")
+                allocas.append(count)
+                zero = N.Const(0, T.i32)
+                out += [zero, N.LocalStore(count, zero)]
+            for name in s.BLOCK_FIELDS:
+                inner = _block(getattr(s, name), m, loop_ids, counters, allocas)
+                if count is not None:
+                    skip = 2 if getattr(s, "exit_flag", None) is not None else 0   # after `if brk: break`
+                    old, one = N.LocalLoad(count), N.Const(1, T.i32)
+                    inc = N.Compute(Op.ADD, (old, one), T.i32)
+                    inner.stmts[skip:skip] = [old, one, inc, N.LocalStore(count, inc)]
+                setattr(new, name, inner)
+            out.append(new)
+            if count is not None:
+                k, total = N.Const(sid, T.i32), N.LocalLoad(count)
+                out += [k, total, N.AtomicRMW("max", counters, (k,), total)]
+        else:
+            out.append(_clone(s, m))
+    return N.Block(out)
