@@ -1,9 +1,10 @@
 """The global-data-access checker (debug + `Tape(validation=True)`): instruments a forward kernel so a
 launch that reads an array element and later overwrites it raises `AutodiffRuleError` at sync.
 
-Per array that a launch both loads and stores, a marker array of the same shape records loads (1 per
-element read); every store first checks its element's marker and, if set, flags its store site in a
-violation array. Runs on the device like any kernel; without debug nothing is instrumented.
+Per array that a launch both loads (in a task that has a gradient, so replays its loads) and stores
+(atomics count as stores), a marker array of the same shape records loads (1 per element read); every
+store first checks its element's marker and, if set, flags its store site in a violation array. Runs
+on the device like any kernel; without debug nothing is instrumented.
 """
 import copy
 
@@ -13,6 +14,7 @@ from .. import types as T
 from ..errors import AutodiffRuleError
 from ..ir import nodes as N
 from ..ir.ops import Op
+from .activity import Activity
 
 
 class CheckPlan:
@@ -25,10 +27,15 @@ class CheckPlan:
 
 def instrument(kernel):
     """Returns (instrumented kernel, CheckPlan), or (kernel, None) when no array is read and written."""
-    loaded = {s.array.index for t in kernel.tasks for s in N.walk(t.body)
+    # only tasks with a gradient task replay their loads; a task without one (nothing differentiable in
+    # it) may update what it reads, e.g. an int counter array, without harming any gradient
+    replayed = [bool(Activity(t).rev_work) for t in kernel.tasks]
+    loaded = {s.array.index for t, r in zip(kernel.tasks, replayed) if r for s in N.walk(t.body)
               if isinstance(s, N.GlobalLoad) and s.field == "primal"}
+    # an atomic add/max/min changes the element as a store does: the gradient kernel's replay of an
+    # earlier load would read the new value
     stored = {s.array.index for t in kernel.tasks for s in N.walk(t.body)
-              if isinstance(s, N.GlobalStore) and s.field == "primal"}
+              if isinstance(s, (N.GlobalStore, N.AtomicRMW)) and s.field == "primal"}
     marked = sorted(loaded & stored)
     if not marked:
         return kernel, None
@@ -42,21 +49,21 @@ def instrument(kernel):
     arrays.append(violations)
     sites = []
     out = N.Kernel(kernel.name, arrays, kernel.scalars, [], kernel.filename)
-    for task in kernel.tasks:
+    for task, r in zip(kernel.tasks, replayed):
         t = copy.copy(task)
-        t.body = _instrument_block(task.body, markers, violations, sites)
+        t.body = _instrument_block(task.body, markers, violations, sites, mark_loads=r)
         out.tasks.append(t)
     return out, CheckPlan(marked, sites)
 
 
-def _instrument_block(block, markers, violations, sites):
+def _instrument_block(block, markers, violations, sites, mark_loads):
     stmts = []
     for s in block.stmts:
         for name in s.BLOCK_FIELDS:
-            setattr(s, name, _instrument_block(getattr(s, name), markers, violations, sites))
-        marker = markers.get(getattr(s, "array", None) and s.array.index) if isinstance(
-            s, (N.GlobalLoad, N.GlobalStore)) and s.field == "primal" else None
-        if marker is None:
+            setattr(s, name, _instrument_block(getattr(s, name), markers, violations, sites, mark_loads))
+        marker = markers.get(s.array.index) if isinstance(
+            s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)) and s.field == "primal" else None
+        if marker is None or (isinstance(s, N.GlobalLoad) and not mark_loads):
             stmts.append(s)
         elif isinstance(s, N.GlobalLoad):
             one = N.Const(1, T.i32)
