@@ -4,8 +4,11 @@ Each row is a Python expression compiled into a one-line kernel (written to a re
 would be). The device result is compared with an independent float64/int64 numpy reference AND with the
 IR interpreter running the same compiled IR, on random non-zero data.
 """
+import ast
+import atexit
 import importlib.util
 import math
+import shutil
 import tempfile
 import zlib
 from pathlib import Path
@@ -25,6 +28,7 @@ NUMERIC = FLOATS + INTS
 
 # ---- kernels from expression text --------------------------------------------------------------------
 _KERNEL_DIR = Path(tempfile.mkdtemp(prefix="spvad_ops_"))
+atexit.register(shutil.rmtree, _KERNEL_DIR, ignore_errors=True)
 _KERNELS = {}
 _TEMPLATE = '''import spvad as sp
 
@@ -53,8 +57,6 @@ def kernel_for(expr, nargs):
 
 def _indexed(expr, nargs):
     """Replace the free names a/b of `expr` by a[i]/b[i] (via the AST, so sp.abs etc. stay intact)."""
-    import ast
-
     class Index(ast.NodeTransformer):
         def visit_Name(self, node):
             if node.id in "ab"[:nargs] and len(node.id) == 1:
@@ -66,7 +68,12 @@ def _indexed(expr, nargs):
 # ---- data ----------------------------------------------------------------------------------------------
 def data(rng, dtype, domain, n=N_ELEMS):
     """Random non-zero inputs of `dtype` in `domain`: 'any' (both signs), 'pos', 'unit' (|x| < 1), 'tan',
-    'shift' (ints 0..31), 'halves' (k + 0.5 mixed with random), 'small' (|x| <= 3), 'bool'."""
+    'shift' (ints 0..31), 'halves' (k + 0.5 mixed with random), 'small' (|x| <= 3); 'zeros' is 'any'
+    with every third element 0 (for truthiness)."""
+    if domain == "zeros":
+        v = data(rng, dtype, "any", n)
+        v[::3] = 0
+        return v
     if dtype == sp.u1:
         v = rng.random(n) < 0.5
         v[:2] = [True, False]
@@ -193,7 +200,8 @@ UNARY = [
     ("sp.clamp(a, 20, 70)", lambda a: np.clip(a, 20, 70), (sp.u32,), "same", "any", 0),
     ("~a", np.invert, INTS, "same", "any", 0),
     ("not a", np.logical_not, (sp.u1,), "bool", "any", 0),
-    ("not a", np.logical_not, NUMERIC, "bool", "any", 0),    # truthiness of numbers
+    ("not a", np.logical_not, NUMERIC, "bool", "zeros", 0),    # truthiness of numbers
+    ("1 if a else 2", lambda a: np.where(a != 0, 1, 2), NUMERIC, "i32", "zeros", 0),
     ("-a", lambda a: -a.astype(np.int64), (sp.u1,), "i32", "any", 0),
     ("a + a", lambda a: a.astype(np.int64) * 2, (sp.u1,), "i32", "any", 0),   # True + True == 2
     ("min(a, 1.5, -a)", lambda a: np.minimum(np.minimum(a, 1.5), -a), FLOATS, "same", "any", 0),
@@ -232,8 +240,8 @@ def _check(expr, nargs, inputs, ref_fn, out_dt, tol, dt):
 @pytest.mark.parametrize("expr,ref,dt,kind,domains,tol", list(_rows(BINARY)))
 def test_binary_op(rng, expr, ref, dt, kind, domains, tol):
     a, b = data(rng, dt, domains[0]), data(rng, dt, domains[1])
-    if dt != sp.u1 and "==" in expr or "<=" in expr or ">=" in expr or "!=" in expr:
-        b[::4] = a[::4]      # ties
+    if kind == "bool":
+        b[::4] = a[::4]      # ties tell < from <= and == from !=
     if expr in ("a // b", "a % b") and dt.is_float:
         a = away_from_quotient_ints(a, b)
     if dt == sp.u32 and expr in ("a >> b",):
@@ -320,23 +328,24 @@ def _launch_masked(k, v, out, keep):
     return launch_and_interpret(k, sp.from_numpy(v), out)
 
 
-@pytest.mark.parametrize("expr,dt,expect", [
-    ("int(a)", sp.f32, lambda v: np.trunc(v).astype(np.int32)),
-    ("int(a)", sp.f64, lambda v: np.trunc(v).astype(np.int32)),
-    ("float(a)", sp.i32, lambda v: v.astype(np.float32)),
-    ("float(a)", sp.f64, lambda v: v),                  # float() of an f64 stays f64
-    ("sp.f32(a)", sp.i32, lambda v: v.astype(np.float32)),
-    ("sp.i32(a) + 1", sp.f32, lambda v: np.trunc(v).astype(np.int32) + 1),
-    ("int(a) // 2", sp.f32, lambda v: np.trunc(v).astype(np.int64) // 2),
+@pytest.mark.parametrize("expr,dt,out_dt,expect", [
+    ("int(a)", sp.f32, sp.i32, lambda v: np.trunc(v)),
+    ("int(a)", sp.f64, sp.i32, lambda v: np.trunc(v)),
+    ("float(a)", sp.i32, sp.f32, lambda v: v),
+    ("float(a)", sp.f64, sp.f64, lambda v: v),           # float() of an f64 stays f64
+    ("sp.f32(a)", sp.i32, sp.f32, lambda v: v),
+    ("sp.i32(a) + 1", sp.f32, sp.i32, lambda v: np.trunc(v) + 1),
+    ("int(a) // 2", sp.f32, sp.i32, lambda v: np.trunc(v).astype(np.int64) // 2),
+    ("float(a) / 2", sp.i32, sp.f32, lambda v: v / 2),
 ], ids=lambda x: x if isinstance(x, str) else str(x) if isinstance(x, T.DType) else "")
-def test_int_float_builtins(expr, dt, expect):
+def test_int_float_builtins(expr, dt, out_dt, expect):
     v = CAST_SOURCES[dt]
-    out_dt = {"int": sp.i32, "float": dt if dt == sp.f64 else sp.f32, "sp.f": sp.f32, "sp.i": sp.i32}[
-        next(p for p in ("int", "float", "sp.f", "sp.i") if expr.startswith(p))]
-    out = sp.ndarray(out_dt, len(v))
     k = kernel_for(expr, 1)
+    out = sp.ndarray(sp.f64, len(v))   # wide enough to show the expression's own precision
+    assert stored_dtype(k, sp.from_numpy(v), out) == out_dt
     (_, dev), (_, interp) = launch_and_interpret(k, sp.from_numpy(v), out)
-    want = np.asarray(expect(v)).astype(NP[out_dt])
+    want = np.asarray(expect(v.astype(np.float64) if dt.is_float else v.astype(np.int64)))
+    want = want.astype(NP[out_dt]).astype(np.float64)
     assert_same(dev, want, what=expr)
     assert_same(interp, want, what=expr)
 

@@ -58,11 +58,15 @@ class Emitter:
             return v
         if isinstance(v, PY_SCALARS):
             lt = like.dtype if isinstance(like, N.Stmt) else None
-            if isinstance(v, bool) or lt is None:
+            if isinstance(v, bool):
                 return self.const(v)
             if isinstance(v, int):
-                return self.const(v, T.i32 if lt.is_bool else lt)
-            return self.const(v, lt if lt.is_float else T.DEFAULT_FLOAT)
+                dt = T.i32 if lt is None or lt.is_bool else lt
+                # as numpy 2 does, refuse a literal the integer type cannot hold (u32: any 32-bit pattern)
+                if dt.is_int and not -2**31 <= v < (2**31 if dt == T.i32 else 2**32):
+                    self.error(f"the integer {v} does not fit in {dt}")
+                return self.const(v, dt)
+            return self.const(v, lt if lt is not None and lt.is_float else T.DEFAULT_FLOAT)
         self.error(f"expected a number, got {type(v).__name__} {v!r}")
 
     def cast(self, v, dtype):

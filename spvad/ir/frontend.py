@@ -20,10 +20,11 @@ class ArraySpec:
 
 
 class Lazy:
-    """A pure top-level expression, re-evaluated in each task that uses it."""
+    """A pure top-level expression, re-evaluated in each task that uses it (element `index` of it when
+    it was unpacked: `n, m = x.shape`)."""
 
-    def __init__(self, node, scope):
-        self.node, self.scope = node, scope
+    def __init__(self, node, scope, index=None):
+        self.node, self.scope, self.index = node, scope, index
 
 
 class FieldRef:
@@ -122,7 +123,12 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
         return None
 
     def try_lazy_assign(self, stmt):
-        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+            return False
+        target = stmt.targets[0]
+        unpack = isinstance(target, ast.Tuple)
+        names = [e.id for e in target.elts if isinstance(e, ast.Name)] if unpack else [getattr(target, "id", None)]
+        if None in names or (unpack and len(names) != len(target.elts)):
             return False
         scratch = N.Block()
         saved, self.block = self.block, scratch
@@ -130,18 +136,33 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
             self.at(stmt)
             self.task = None
             value = self.visit(stmt.value)
+            values = self.unpack(value, len(names)) if unpack else [value]
         except Exception:
             return False
         finally:
             self.block = saved
-        if all(isinstance(s, PURE_KINDS) for s in scratch.stmts) and (
-                isinstance(value, N.Stmt) or isinstance(value, PY_SCALARS)):
+        if all(isinstance(s, PURE_KINDS) for s in scratch.stmts) and all(
+                isinstance(v, (N.Stmt,) + PY_SCALARS) for v in values):
             # The Lazy keeps a snapshot of the names it may read: a later rebinding must not change it.
             snapshot = Scope(self.scope.src, self.scope.names)
-            lazy = value if isinstance(value, PY_SCALARS) else Lazy(stmt.value, snapshot)
-            self.scope.names[stmt.targets[0].id] = lazy
+            for k, (name, v) in enumerate(zip(names, values)):
+                self.scope.names[name] = v if isinstance(v, PY_SCALARS) else Lazy(
+                    stmt.value, snapshot, k if unpack else None)
             return True
         return False
+
+    def as_tuple(self, value):
+        """A tuple, or `x.shape` as a tuple of shape values; None for anything else."""
+        if isinstance(value, ShapeRef):
+            return tuple(self.emit(N.ArrayShape(value.array, k)) for k in range(value.array.ndim))
+        return value if isinstance(value, tuple) else None
+
+    def unpack(self, value, n):
+        """The elements of a tuple (or of `x.shape`) assigned to `n` targets."""
+        value = self.as_tuple(value)
+        if value is None or len(value) != n:
+            self.error("tuple assignment needs a tuple of the same length on the right")
+        return value
 
     # ---- tasks ----
     def new_task(self, kind, node):
@@ -323,9 +344,7 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
 
     def assign(self, target, value, dtype=None):
         if isinstance(target, ast.Tuple):
-            if not isinstance(value, tuple) or len(value) != len(target.elts):
-                self.error("tuple assignment needs a tuple of the same length on the right")
-            for t, v in zip(target.elts, value):
+            for t, v in zip(target.elts, self.unpack(value, len(target.elts))):
                 self.assign(t, v)
         elif isinstance(target, ast.Name):
             self.assign_name(target.id, value, dtype)
@@ -434,6 +453,7 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
         values = self.visit(node.iter.args[0])
         if isinstance(values, range):
             values = list(values)
+        values = self.as_tuple(values) or values   # sp.static(x.shape) unrolls over the extents
         if not isinstance(values, (list, tuple)):
             self.error("sp.static(...) in a for loop needs a range or tuple known at compile time")
         self.loops.append("static")
@@ -501,7 +521,8 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
             if isinstance(v, Lazy):
                 saved, self.scope = self.scope, v.scope
                 try:
-                    return self.visit(v.node)
+                    value = self.visit(v.node)
+                    return value if v.index is None else self.as_tuple(value)[v.index]
                 finally:
                     self.scope = saved
             return v

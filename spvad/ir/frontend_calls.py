@@ -52,8 +52,9 @@ class CallsMixin:
             a = self.one_arg(args, "len")
             if isinstance(a, N.ArrayParam):
                 return self.emit(N.ArrayShape(a, 0))
-            if isinstance(a, tuple):
-                return len(a)
+            items = self.as_tuple(a)   # a tuple or x.shape
+            if items is not None:
+                return len(items)
         if fn is range:
             return range(*args) if all(isinstance(a, int) for a in args) else self.error(
                 "range(...) is only supported as the iterable of a for loop")
