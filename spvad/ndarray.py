@@ -9,10 +9,10 @@ from .errors import ArgumentError, DeviceError
 def _normalize_shape(shape):
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
-    try:
-        shape = tuple(int(s) for s in shape)
-    except TypeError:
-        raise ArgumentError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
+    if isinstance(shape, (str, bytes)) or not all(
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in _iterable(shape)):
+        raise ArgumentError(f"shape must be an int or a tuple of ints, got {shape!r}")
+    shape = tuple(int(s) for s in shape)
     if len(shape) > 4:
         raise ArgumentError(f"ndarrays have at most 4 dimensions, got shape {shape}")
     if any(s < 0 for s in shape):
@@ -20,9 +20,18 @@ def _normalize_shape(shape):
     return shape
 
 
+def _iterable(shape):
+    try:
+        return list(shape)
+    except TypeError:
+        return [shape, None]   # not iterable: fails the int check
+
+
 def _check_dtype(dtype):
     if isinstance(dtype, T.DType):
         return dtype
+    if isinstance(dtype, str):
+        raise ArgumentError(f"dtype must be an spvad dtype such as sp.f32, got the string {dtype!r}")
     dt = T.from_numpy_dtype(dtype) if not isinstance(dtype, type) or issubclass(dtype, np.generic) else None
     if dtype is float:
         dt = T.f32
@@ -96,11 +105,18 @@ class Ndarray:
         if self.dtype.is_int and not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
             raise ArgumentError(f"from_numpy: cannot store {arr.dtype} data in a {self.dtype} ndarray "
                                 "without losing the fraction; cast it first")
+        if self.dtype.is_int and arr.size and not (T.fits(arr.min(), self.dtype) and T.fits(arr.max(), self.dtype)):
+            raise ArgumentError(f"from_numpy: values in [{arr.min()}, {arr.max()}] do not fit in {self.dtype}")
         self._view()[:] = arr.reshape(-1).astype(self._np_dtype if not self.dtype.is_bool else bool)
         return self
 
+    def _checked_scalar(self, value):
+        if not isinstance(value, (bool, int, float, np.generic)) or not T.fits(value, self.dtype):
+            raise ArgumentError(f"{value!r} cannot be stored in a {self.dtype} ndarray")
+        return value
+
     def fill(self, value):
-        self._view()[:] = value
+        self._view()[:] = self._checked_scalar(value)
         return self
 
     def _flat_index(self, key):
@@ -122,7 +138,7 @@ class Ndarray:
 
     def __setitem__(self, key, value):
         i = self._flat_index(key)
-        self._view()[i] = value
+        self._view()[i] = self._checked_scalar(value)
 
 
 def ndarray(dtype, shape, needs_grad=False, needs_dual=False):

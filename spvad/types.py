@@ -84,3 +84,18 @@ def python_scalar_dtype(value):
     if isinstance(value, float):
         return f32
     return None
+
+
+_INT_RANGE = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1)}
+_FLOAT_MAX = {"f32": float(np.finfo(np.float32).max), "f64": float(np.finfo(np.float64).max)}
+
+
+def fits(value, dtype):
+    """Can `value` (a Python/numpy scalar) be stored in `dtype` without wrapping or overflowing?"""
+    if dtype.is_bool:
+        return True
+    if dtype.is_int:
+        lo, hi = _INT_RANGE[dtype.name]
+        return lo <= int(value) <= hi
+    v = float(value)
+    return not np.isfinite(v) or abs(v) <= _FLOAT_MAX[dtype.name]
