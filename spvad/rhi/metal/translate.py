@@ -1,8 +1,6 @@
-"""SPIR-V -> Metal Shading Language through SPIRV-Cross, with an explicit, checked buffer-index mapping.
-
-Mapping: storage-buffer binding k (the adstack flag buffer included) -> [[buffer(k)]]; the push-constant
-block -> [[buffer(n)]], n = number of bindings. Everything here is pure (no Metal), so it is tested on Linux.
-"""
+"""SPIR-V -> Metal Shading Language through SPIRV-Cross, with an explicit, checked buffer-index mapping: binding k
+(arrays, adstack flags, adstack heap) -> [[buffer(k)]], push constants -> [[buffer(n)]], n = number of bindings.
+Pure (no Metal): tested on Linux."""
 import re
 import struct
 from dataclasses import dataclass, field
@@ -51,12 +49,20 @@ class MslProgram:
 
 
 def translate(lowered, name="kernel"):
-    """MslProgram of a LoweredTask (compiled with METAL_FEATURES for valid MSL)."""
-    num_buffers = len(lowered.bindings) + (lowered.flag_binding is not None)
-    if lowered.flag_binding is not None and lowered.flag_binding != len(lowered.bindings):
-        raise MslTranslationError(f"kernel {name}: the flag buffer must follow the {len(lowered.bindings)} "
-                                  f"array bindings, got binding {lowered.flag_binding}")
-    return translate_spirv(lowered.spirv, name, num_buffers, lowered.push_size)
+    """MslProgram of a LoweredTask (compiled with METAL_FEATURES for valid MSL). Its bindings are the arrays,
+    then the adstack flag buffer, then the adstack heap (buffer-home stacks), numbered without gaps."""
+    extra = [("flag buffer", lowered.flag_binding)]
+    heap = getattr(lowered, "stack_heap", None)
+    if heap is not None:
+        extra.append(("adstack heap", heap.binding))
+    expected = len(lowered.bindings)
+    for what, binding in extra:
+        if binding is not None:
+            if binding != expected:
+                raise MslTranslationError(f"kernel {name}: the {what} should be binding {expected}, "
+                                          f"got {binding}")
+            expected += 1
+    return translate_spirv(lowered.spirv, name, expected, lowered.push_size)
 
 
 def translate_spirv(spirv, name, num_buffers, push_size):
@@ -76,9 +82,9 @@ def translate_spirv(spirv, name, num_buffers, push_size):
 # ---- SPIR-V words ---------------------------------------------------------------------------------------
 def instructions(spirv):
     """(word offset, opcode, operand words) of every instruction after the 5-word header."""
-    words = struct.unpack(f"<{len(spirv) // 4}I", spirv)
-    if len(words) < 5 or words[0] != MAGIC:
+    if len(spirv) < 20 or len(spirv) % 4 or struct.unpack_from("<I", spirv)[0] != MAGIC:
         raise MslTranslationError(f"not a SPIR-V module ({len(spirv)} bytes)")
+    words = struct.unpack(f"<{len(spirv) // 4}I", spirv)
     at = 5
     while at < len(words):
         count, opcode = words[at] >> 16, words[at] & 0xFFFF

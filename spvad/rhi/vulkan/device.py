@@ -13,6 +13,7 @@ import numpy as np
 
 from ...errors import DeviceError
 from ..base import Buffer, Device
+from .loader import install_hint
 from .program import ProgramMixin
 from .vkapi import (SEV_ERROR, SEV_WARNING, TYPE_GENERAL, TYPE_PERFORMANCE, TYPE_VALIDATION,
                     VK_ERRORS, Collector, call, check, enumerate_names, ffi, lib, make_version,
@@ -101,7 +102,7 @@ class VulkanDevice(ProgramMixin, Device):
             layers.append(VALIDATION_LAYER)
             avail |= enumerate_names(vk.vkEnumerateInstanceExtensionProperties(VALIDATION_LAYER),
                                      "extensionName")
-        if EXT_PORTABILITY_ENUM in avail:  # required to see MoltenVK; harmless elsewhere
+        if EXT_PORTABILITY_ENUM in avail:  # required to see MoltenVK (macOS); harmless elsewhere
             exts.append(EXT_PORTABILITY_ENUM)
             flags |= lib.VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR
         chain = self._keep = []   # every struct of the pNext chain stays referenced while used
@@ -141,7 +142,7 @@ class VulkanDevice(ProgramMixin, Device):
         listing = "; ".join(f"[{i}] {pr.deviceName} ({DEVICE_TYPES.get(pr.deviceType, 'other')})"
                             for i, (_, pr) in enumerate(found)) or "none"
         if not found:
-            raise DeviceError("no Vulkan device found (install a driver, e.g. mesa-vulkan-drivers)")
+            raise DeviceError(f"no Vulkan device found ({install_hint()})")
         if selector is None:
             rank = {t: r for r, t in enumerate(PREFERENCE)}
             index = min(range(len(found)),

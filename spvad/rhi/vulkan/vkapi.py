@@ -20,12 +20,13 @@ Pitfalls handled here (measured, see shared/notes/vulkan-probe/REPORT.md):
 import itertools
 
 from ...errors import DeviceError, PipelineCreationError
+from .loader import import_vulkan, install_hint
 
 try:
-    import vulkan as vk
-except (ImportError, OSError) as _exc:  # OSError: package present but libvulkan.so.1 missing
+    vk = import_vulkan()   # plain `import vulkan`, plus the macOS loader search of loader.py
+except (ImportError, OSError) as _exc:  # OSError: package present but the loader library missing
     raise DeviceError(f"vulkan backend unavailable: cannot import the `vulkan` package ({_exc}); "
-                      "install libvulkan1 and a driver (e.g. mesa-vulkan-drivers)") from _exc
+                      f"{install_hint()}") from _exc
 
 ffi = vk.ffi
 lib = vk.lib            # cffi enums here are correct; the Python-level vk.VK_* ones are not always
