@@ -3,6 +3,12 @@
 # Re-running is fast: packages already present are not reinstalled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "$(uname)" = Darwin ]; then   # macOS: Homebrew tools, Metal bindings
+  command -v spirv-val >/dev/null || brew install spirv-tools spirv-cross vulkan-loader molten-vk
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/python -m pip install -q -e '.[test,metal]'
+  exit 0
+fi
 apt_pkgs=(mesa-vulkan-drivers libvulkan1 vulkan-validationlayers spirv-tools spirv-cross spirv-headers
           glslang-tools)
 python3 -m venv --help >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || apt_pkgs+=(python3-venv python3-pip)

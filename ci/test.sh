@@ -7,4 +7,4 @@ bash ci/setup.sh
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp/spvad-xdg}"
 mkdir -p "$XDG_RUNTIME_DIR"
 export SPVAD_VALIDATION=1
-exec .venv/bin/python -m pytest -q "$@" tests
+exec .venv/bin/python -m pytest -q "${@:-tests}"

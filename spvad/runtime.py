@@ -17,13 +17,15 @@ class Runtime:
             selector = int(selector)
         if backend == "auto":
             backend = "metal" if sys.platform == "darwin" else "vulkan"
-        if backend == "metal":
-            raise DeviceError("the Metal backend is not available yet; use backend='vulkan' (MoltenVK)")
-        if backend != "vulkan":
+        if backend not in ("vulkan", "metal"):
             raise DeviceError(f"unknown backend {backend!r}; expected 'auto', 'vulkan' or 'metal'")
-        from .rhi.vulkan.device import VulkanDevice
         validation = os.environ.get("SPVAD_VALIDATION", "0") not in ("", "0")
-        self.device = VulkanDevice(selector, validation=validation)
+        if backend == "metal":
+            from .rhi.metal.device import MetalDevice
+            self.device = MetalDevice(selector, validation=validation)
+        else:
+            from .rhi.vulkan.device import VulkanDevice
+            self.device = VulkanDevice(selector, validation=validation)
         self.backend = backend
         self.serial = next(_serials)   # compile caches are per runtime (captured arrays, features)
         self.ad_stack_size = ad_stack_size
