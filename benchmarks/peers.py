@@ -1,0 +1,267 @@
+"""spvad against its peers, Taichi 1.7.4 and Quadrants, on the same Vulkan device in one process: five
+workloads (benchmarks/workloads/), each system's values and gradients checked against float64 numpy
+references (a wrong one is reported as WRONG, not as a time), then a table of median times and ratios
+(spvad / peer) and a JSON file in benchmarks/results/.
+
+Usage: python benchmarks/peers.py [--quick] [--only NAME[,NAME]] [--systems spvad,taichi,quadrants,numpy]
+                                  [--repeat R] [--json PATH] [--no-install]
+The peers are pip-installed into this interpreter's environment when missing (so the test suite never needs
+them); a peer that cannot be installed, imported or started on Vulkan is reported as UNAVAILABLE.
+"""
+import argparse
+import gc
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import warnings
+
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")   # lavapipe warns without one
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+warnings.filterwarnings("ignore", message=".*Template mapper caching disabled")   # Quadrants, untimed fills
+from workloads import common, compile_latency, elementwise, integrator, launch, mass_spring  # noqa: E402
+
+WORKLOADS = (integrator, elementwise, mass_spring, launch, compile_latency)
+ALL_SYSTEMS = common.SYSTEMS + ("numpy",)
+PEERS = {"taichi": ("taichi", "taichi==1.7.4", "1.7.4"), "quadrants": ("quadrants", "quadrants", None)}
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+# ---- peers: install when missing, then probe Vulkan in a child (a native crash there cannot take us down) --
+def installed_version(dist):
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def ensure_installed(system, allow_install):
+    """None when the peer is importable at the wanted version, else the reason it is not."""
+    dist, spec, want = PEERS[system]
+    have = installed_version(dist)
+    if have is not None and (want is None or have == want):
+        return None
+    if not allow_install:
+        return f"{dist} not installed (--no-install)" if have is None else f"{dist} {have} installed, want {want}"
+    print(f"installing {spec} into {sys.prefix} ...", file=sys.stderr, flush=True)
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", spec], capture_output=True, text=True)
+    importlib.invalidate_caches()
+    if p.returncode != 0:
+        lines = [ln for ln in (p.stderr + p.stdout).splitlines() if ln.strip() and "is ignored" not in ln]
+        return f"pip install {spec} failed: {lines[-1] if lines else p.returncode}"
+    return None
+
+
+def probe(system):
+    """None when `system` starts on Vulkan in a fresh process, else why not."""
+    try:
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe", system], capture_output=True,
+                           text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return "starting on Vulkan timed out (300 s)"
+    if p.returncode == 0 and "PROBE OK" in p.stdout:
+        return None
+    fails = [ln[len("PROBE FAIL "):] for ln in p.stdout.splitlines() if ln.startswith("PROBE FAIL ")]
+    lines = [ln.strip() for ln in (p.stdout + p.stderr).splitlines() if ln.strip() and not ln.startswith("[")]
+    return (fails or lines or [f"exit code {p.returncode} (signal {-p.returncode})" if p.returncode < 0
+                               else f"exit code {p.returncode}"])[-1]
+
+
+def probe_child(system):
+    try:
+        if system == "spvad":
+            common.init_spvad()
+        else:
+            common.init_peer(system)
+        print("PROBE OK", flush=True)
+    except Exception as e:  # noqa: BLE001
+        print(f"PROBE FAIL {e}", flush=True)
+        sys.exit(1)
+
+
+# ---- running ---------------------------------------------------------------------------------------------
+def run_workload(wl, systems, unavailable, args, rows):
+    """Prepare every available system (arrays, kernels), then time each operation with all of them alive, so
+    their repetitions can be interleaved; a system that fails to prepare is reported for every operation."""
+    cfg = wl.config(args.quick)
+    print(f"[{wl.NAME}] {wl.title(cfg)}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    ref = wl.reference(cfg)
+    systems = [s for s in systems if s in wl.SYSTEMS]
+    prepared, start = {}, len(rows)
+    try:
+        for system in systems:
+            if system in unavailable:
+                rows += [common.row(wl.NAME, op, system, "UNAVAILABLE", detail=unavailable[system]) for op in wl.OPS]
+            elif wl is compile_latency:
+                rows += wl.run(system, cfg, os.path.abspath(__file__))
+            else:
+                try:
+                    prepared[system] = {op.name: op for op in getattr(wl, f"prepare_{system}")(cfg, ref)}
+                except common.Unavailable as e:
+                    rows += [common.row(wl.NAME, op, system, "UNAVAILABLE", detail=str(e)) for op in wl.OPS]
+                except Exception as e:  # noqa: BLE001 - one failing system must not stop the others
+                    rows += [common.row(wl.NAME, op, system, "ERROR", detail=common.describe(e)) for op in wl.OPS]
+        for op in wl.OPS:
+            ops = {system: p[op] for system, p in prepared.items() if op in p}
+            rows += common.bench(wl.NAME, op, ops, args.repeat)
+    finally:
+        prepared.clear()
+        for system in systems:
+            if system in PEERS and system not in unavailable:
+                common.release_peer(system)
+        gc.collect()
+    order = {s: i for i, s in enumerate(systems)}
+    rows[start:] = sorted(rows[start:], key=lambda r: (wl.OPS.index(r["op"]), order[r["system"]]))
+    print(f"  {time.perf_counter() - t0:.1f} s: " + ", ".join(
+        f"{r['system']} {r['op']} {r['status']}" for r in rows[start:]), file=sys.stderr, flush=True)
+
+
+# ---- reporting -------------------------------------------------------------------------------------------
+def fmt_value(row):
+    if row is None:
+        return ""
+    if row["status"] != "OK":
+        return row["status"]
+    v, unit = row["value"], row["unit"]
+    if unit == "ms" and v >= 1000:
+        return f"{v / 1e3:.3g} s"
+    if unit == "ms" and v < 1:
+        return f"{v * 1e3:.3g} us"
+    return f"{v:.3g} {unit}"
+
+
+def ratio(a, b):
+    if a is None or b is None or a["status"] != "OK" or b["status"] != "OK" or not b["value"]:
+        return "-"
+    return f"{a['value'] / b['value']:.2f}"
+
+
+def table(rows, systems, titles):
+    present = {r["system"] for r in rows}
+    systems = [s for s in systems if s in present]
+    peers = [s for s in systems if s != "spvad"]
+    have_spvad = "spvad" in systems
+    header = ["workload", "op"] + (["spvad"] if have_spvad else [])
+    for p in peers:
+        header += [p] + ([f"spvad/{p}"] if have_spvad else [])
+    lines, seen = [], []
+    for r in rows:
+        key = (r["workload"], r["op"])
+        if key not in seen:
+            seen.append(key)
+    by = {(r["workload"], r["op"], r["system"]): r for r in rows}
+    body = []
+    for wl, op in seen:
+        cells = [wl, op]
+        sv = by.get((wl, op, "spvad"))
+        if have_spvad:
+            cells.append(fmt_value(sv))
+        for p in peers:
+            pv = by.get((wl, op, p))
+            cells.append(fmt_value(pv))
+            if have_spvad:
+                cells.append(ratio(sv, pv) if pv is not None else "")
+        body.append(cells)
+    widths = [max(len(str(c[i])) for c in [header] + body) for i in range(len(header))]
+    fmt = lambda cells: "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w)  # noqa: E731
+                                  for i, (c, w) in enumerate(zip(cells, widths)))
+    lines.append(fmt(header))
+    lines.append("  ".join("-" * w for w in widths))
+    last = None
+    for cells in body:
+        if last is not None and cells[0] != last:
+            lines.append("")
+        lines.append(fmt([cells[0] if cells[0] != last else "", *cells[1:]]))
+        last = cells[0]
+    groups = {}                 # one note per (system, status, reason), listing the operations it covers
+    for r in rows:
+        if r["status"] != "OK":
+            groups.setdefault((r["system"], r["status"], r["detail"]), []).append(f"{r['workload']}/{r['op']}")
+    notes = [f"  {system} {status} ({', '.join(ops)}): {detail}" for (system, status, detail), ops in groups.items()]
+    out = ["", "Workloads:"] + [f"  {name}: {t}" for name, t in titles.items()] + [""] + lines
+    if notes:
+        out += ["", "Not timed:"] + notes
+    return "\n".join(out)
+
+
+def metadata(args, systems, unavailable):
+    info = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "quick": args.quick,
+            "repeat": args.repeat, "warmup": 1, "python": platform.python_version(), "machine": platform.node(),
+            "versions": {d: installed_version(d) for d in ("spvad", "taichi", "quadrants", "numpy")},
+            "systems": list(systems), "unavailable": unavailable}
+    try:
+        import spvad as sp
+        common.init_spvad()
+        dev = sp.device_info()
+        info["device"] = {"name": dev.get("name"), "driver": dev.get("driver"), "type": dev.get("device_type")}
+    except Exception as e:  # noqa: BLE001
+        info["device"] = {"error": str(e)}
+    return info
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, 3 repetitions: a smoke run")
+    ap.add_argument("--only", default="", help="comma-separated workloads: " +
+                    ",".join(w.NAME for w in WORKLOADS))
+    ap.add_argument("--systems", default=",".join(ALL_SYSTEMS))
+    ap.add_argument("--repeat", type=int, default=0, help="timed repetitions (default 7, --quick 3)")
+    ap.add_argument("--json", default="", help="output file (default benchmarks/results/peers[-quick].json)")
+    ap.add_argument("--no-install", action="store_true", help="never pip-install a missing peer")
+    ap.add_argument("--probe", help=argparse.SUPPRESS)
+    ap.add_argument("--compile-child", help=argparse.SUPPRESS)
+    ap.add_argument("--cache", default="off", help=argparse.SUPPRESS)
+    ap.add_argument("--cache-dir", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.probe:
+        return probe_child(args.probe)
+    if args.compile_child:
+        return compile_latency.child(args.compile_child, args.cache, args.cache_dir)
+    t_start = time.perf_counter()
+    args.repeat = args.repeat or (3 if args.quick else 7)
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    bad = [s for s in systems if s not in ALL_SYSTEMS]
+    if bad:
+        ap.error(f"unknown system(s) {bad}; choose from {','.join(ALL_SYSTEMS)}")
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in {w.NAME for w in WORKLOADS}]
+    if unknown:
+        ap.error(f"unknown workload(s) {unknown}; choose from {','.join(w.NAME for w in WORKLOADS)}")
+    workloads = [w for w in WORKLOADS if not names or w.NAME in names]
+
+    unavailable = {}
+    for system in systems:
+        if system in PEERS:
+            why = ensure_installed(system, not args.no_install)
+            unavailable[system] = why or probe(system)
+        elif system == "spvad":
+            unavailable[system] = probe(system)
+    unavailable = {s: why for s, why in unavailable.items() if why}
+    for s, why in unavailable.items():
+        print(f"{s}: UNAVAILABLE: {why}", file=sys.stderr, flush=True)
+
+    meta = metadata(args, systems, unavailable)
+    path = args.json or os.path.join(RESULTS, "peers-quick.json" if args.quick else "peers.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    rows, titles = [], {}
+    for wl in workloads:
+        titles[wl.NAME] = wl.title(wl.config(args.quick))
+        run_workload(wl, systems, unavailable, args, rows)
+        meta["total_s"] = round(time.perf_counter() - t_start, 1)
+        with open(path, "w") as f:          # written after every workload: a crash keeps what was measured
+            json.dump({"meta": meta, "workloads": titles, "results": rows}, f, indent=1)
+    dev = meta["device"].get("name", meta["device"].get("error"))
+    print(f"device: {dev} (Vulkan); versions: " +
+          ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v) +
+          f"; median of {args.repeat} after 1 warm-up; ratio = spvad time / peer time (< 1: spvad faster)")
+    print(table(rows, systems, titles))
+    print(f"\nresults: {os.path.relpath(path)}; total {meta['total_s']} s")
+
+
+if __name__ == "__main__":
+    main()

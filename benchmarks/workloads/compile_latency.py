@@ -1,0 +1,121 @@
+"""Workload 5, compile latency: the first forward and first gradient launch of the integrator kernel (dynamic
+loop, adstack; 1,024 threads x 64 iterations, so the run itself is negligible) in a fresh process per system.
+Cold: Mesa's shader cache off (MESA_SHADER_CACHE_DISABLE=true) and each system's own offline cache off (spvad
+has none; Taichi/Quadrants offline_cache=False). Warm: a fresh process with every cache on, after a first
+process filled them (caches in a private temporary folder, so earlier runs on this machine do not count)."""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from .common import Unavailable, describe, peer_adstack_config, row
+
+NAME = "compile"
+OPS = ("import+init", "cold forward", "cold gradient", "warm forward", "warm gradient")
+SYSTEMS = ("spvad", "taichi", "quadrants")
+THREADS, STEPS = 1024, 64
+
+
+def config(quick):
+    return {"runs": 1 if quick else 3}
+
+
+def title(cfg):
+    return (f"compile latency, first call in a fresh process (integrator {THREADS:,} x {STEPS}), "
+            f"median of {cfg['runs']} process(es)")
+
+
+def reference(cfg):
+    return {}
+
+
+# ---- the child process: one system, one cache setting; prints one JSON line -------------------------------
+def child(system, cache, cache_dir):
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(0)
+    xn = rng.uniform(0.5, 1.5, THREADS).astype(np.float32)
+    wn = rng.uniform(0.5, 1.5, THREADS).astype(np.float32)
+    if system == "spvad":
+        import spvad as sp
+        from .integrator import integrate
+        sp.init(backend="vulkan")
+        sync = sp.sync
+        x = sp.from_numpy(xn, needs_grad=True)
+        w = sp.from_numpy(wn, needs_grad=True)
+        y = sp.ndarray(sp.f32, (THREADS,), needs_grad=True)
+        t_init = time.perf_counter() - t0
+
+        def forward():
+            integrate(x, w, y, STEPS)
+
+        def gradient():
+            integrate.grad(x, w, y, STEPS)
+    else:
+        from .common import init_peer
+        from .integrator import build_peer
+        opts = {"offline_cache": cache == "on"}
+        if cache == "on":
+            opts["offline_cache_file_path"] = os.path.join(cache_dir, system)
+        if system == "quadrants":
+            opts["src_ll_cache"] = cache == "on"
+        ti = init_peer(system, **opts, **peer_adstack_config(system, STEPS + 2))
+        sync = ti.sync
+        x, w, y, kern = build_peer(ti, THREADS)
+        x.from_numpy(xn)
+        w.from_numpy(wn)
+        sync()
+        t_init = time.perf_counter() - t0
+
+        def forward():
+            kern(STEPS)
+
+        def gradient():
+            kern.grad(STEPS)
+    t = time.perf_counter()
+    forward()
+    sync()
+    t_fwd = time.perf_counter() - t
+    y.grad.fill(1.0)
+    sync()
+    t = time.perf_counter()
+    gradient()
+    sync()
+    t_grad = time.perf_counter() - t
+    print("RESULT " + json.dumps({"init": t_init, "forward": t_fwd, "gradient": t_grad}), flush=True)
+
+
+def _spawn(script, system, cache, cache_dir):
+    env = dict(os.environ)
+    if cache == "off":
+        env["MESA_SHADER_CACHE_DISABLE"] = "true"
+    else:
+        env.pop("MESA_SHADER_CACHE_DISABLE", None)
+        env["MESA_SHADER_CACHE_DIR"] = os.path.join(cache_dir, "mesa")
+    cmd = [sys.executable, script, "--compile-child", system, "--cache", cache, "--cache-dir", cache_dir]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    tail = (p.stderr.strip() or p.stdout.strip()).splitlines()[-1:] or [f"exit code {p.returncode}"]
+    raise RuntimeError(f"child process failed ({p.returncode}): {tail[0][:300]}")
+
+
+def run(system, cfg, script):
+    """Runs in the parent: spawns the children for `system`; returns its rows (medians over processes)."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="peers-cache-") as cold_dir:
+            cold = [_spawn(script, system, "off", cold_dir) for _ in range(cfg["runs"])]
+        with tempfile.TemporaryDirectory(prefix="peers-cache-") as warm_dir:
+            _spawn(script, system, "on", warm_dir)          # fills Mesa's and the system's caches
+            warm = [_spawn(script, system, "on", warm_dir) for _ in range(cfg["runs"])]
+    except (Unavailable, RuntimeError, subprocess.TimeoutExpired) as e:
+        return [row(NAME, op, system, "ERROR", detail=describe(e)) for op in OPS]
+    picks = (("import+init", cold, "init"), ("cold forward", cold, "forward"), ("cold gradient", cold, "gradient"),
+             ("warm forward", warm, "forward"), ("warm gradient", warm, "gradient"))
+    return [row(NAME, op, system, "OK", statistics.median(s), samples=s)
+            for op, runs, key in picks for s in [[r[key] for r in runs]]]
