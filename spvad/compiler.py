@@ -2,7 +2,8 @@
 
 `run_passes` lists the passes in order; each is a `Kernel -> Kernel` function in its own module.
 """
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -10,24 +11,67 @@ from .autodiff.forward import forward_task
 from .autodiff.reverse import reverse_task
 from .autodiff.loop_exits import eliminate_loop_exits as _loop_exits_of_task
 from .autodiff.validation import instrument
-from .errors import AdStackOverflowError
+from .errors import AdStackOverflowError, DeviceError, SpvadError
 from .ir import nodes as N
 from .ir import simplify, verify
 from .ir.frontend import build_kernel
 from .spirv import tools
 from .spirv.lower import lower_task
+from .spirv.lower_adstack import FUNCTION, HOMES, choose_homes, function_budget_words, stack_shapes
+
+HOME_ENV = "SPVAD_ADSTACK_HOME"   # function | buffer | auto (default): where adstacks live, read at launch
 
 
 @dataclass(eq=False)
 class CompiledTask:
+    """A lowered task. `lowered` keeps every adstack in Function scope; other stack homes (chosen at
+    launch, once capacities are known) are lowered on first use and cached in `variants`."""
     task: object
     lowered: object
     kernel_name: str
     depth_probe: object = None   # lowered counting task measuring data-dependent loop depths, or None
+    relower: object = None       # homes -> validated LoweredTask of another stack-home variant
+    variants: dict = field(default_factory=dict)   # homes tuple -> LoweredTask
+
+    def __post_init__(self):
+        self.variants[(FUNCTION,) * len(self.lowered.adstacks)] = self.lowered
+        self.stack_shapes = stack_shapes(self.task) if self.lowered.adstacks else []
 
     @property
     def sizer(self):
         return getattr(self.task, "stack_sizes", None)
+
+    # ---- stack homes ----
+    def homes(self, rt, spec):
+        """Home of each adstack for capacities `spec`: SPVAD_ADSTACK_HOME when set to function/buffer, else
+        Function scope while the stacks fit the device's budget (see lower_adstack.FUNCTION_BUDGET_WORDS)."""
+        mode = os.environ.get(HOME_ENV, "auto") or "auto"
+        if mode not in HOMES + ("auto",):
+            raise SpvadError(f"{HOME_ENV}={mode!r}: expected 'function', 'buffer' or 'auto'")
+        return choose_homes(self.stack_shapes, spec, function_budget_words(rt.device.info), mode)
+
+    def variant(self, homes):
+        low = self.variants.get(homes)
+        if low is None:
+            low = self.variants[homes] = self.relower(homes)
+        return low
+
+    def stack_heap(self, rt, low, spec, n):
+        """The storage buffer holding `n` threads' slices of the buffer-home stacks (grown, never shrunk)."""
+        nbytes = n * low.stack_heap.bytes_per_thread(spec)
+        limit = rt.device.info["limits"]["max_storage_buffer_range"]
+        if nbytes > limit:
+            raise DeviceError(
+                f"kernel {self.kernel_name}: its adstacks need {nbytes:,} bytes of storage buffer ({n:,} threads "
+                f"x {nbytes // n:,} bytes), more than this device's maxStorageBufferRange ({limit:,} bytes); "
+                "launch fewer threads at a time or pass a smaller ad_stack_size")
+        key = ("heap", id(self))
+        entry = rt.pipelines.get(key)
+        if entry is None or entry[0].nbytes < nbytes:
+            if entry is not None:
+                entry[0].release()   # destroyed once no recorded launch uses it
+            entry = rt.pipelines[key] = (rt.device.create_buffer(nbytes), self)
+        return entry[0]
 
     def spec_constants(self, scalars, shapes, num_threads):
         sizer = self.sizer
@@ -35,13 +79,13 @@ class CompiledTask:
             return None
         return sizer.spec_constants(scalars, shapes, num_threads)
 
-    def pipeline(self, rt, spec=None):
-        key = (id(self), tuple(sorted(spec.items())) if spec else ())
+    def pipeline(self, rt, spec=None, low=None):
+        low = low or self.lowered
+        key = (id(self), low.homes, tuple(sorted(spec.items())) if spec else ())
         entry = rt.pipelines.get(key)
         if entry is None:
-            low = self.lowered
             p = rt.device.create_pipeline(
-                low.spirv, name=self.kernel_name, num_buffers=len(low.bindings) + (low.flag_binding is not None),
+                low.spirv, name=self.kernel_name, num_buffers=low.num_buffers,
                 push_constant_size=low.push_size, spec_constants=spec or None)
             entry = rt.pipelines[key] = (p, self)   # holding self keeps id(self) unique
         return entry[0]
@@ -180,10 +224,13 @@ def compile_kernel(kobj, specs, mode, rt, target=None):
     tasks = []
     for task in ir.tasks:
         local = 1 if task.kind == "serial" else rt.device.info.get("preferred_local_size", 128)
-        low = lower_task(ir, task, local_size=local, features=features)
-        if rt.validate_spirv:
-            tools.validate(low.spirv, kernel_name=f"{kobj.name} ({task.name})")
-        ct = CompiledTask(task, low, kobj.name)
+
+        def lower(homes=None, task=task, local=local):
+            low = lower_task(ir, task, local_size=local, features=features, homes=homes)
+            if rt.validate_spirv:
+                tools.validate(low.spirv, kernel_name=f"{kobj.name} ({task.name})")
+            return low
+        ct = CompiledTask(task, lower(), kobj.name, relower=lower)
         count = getattr(task, "count_kernel", None)
         if count is not None:
             count_kernel, ct.depth_words = count

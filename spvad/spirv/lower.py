@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from .. import types as T
 from ..ir import nodes as N
 from ..errors import SpvadError
+from .lower_adstack import AdStacks
 from .lower_memory import Memory, plan_layout
 from .lower_ops import LOWER
 from .module import Module
@@ -34,16 +35,23 @@ class LoweredTask:
     local_size: int       # x size of the 1-D workgroup
     adstacks: list        # AdStackAlloca nodes in nodes.adstacks_of order (flag bit k <-> adstacks[k])
     spec_ids: dict        # spec id -> default value of every OpSpecConstant emitted
+    homes: tuple = ()     # home of each adstack: "function" (arrays) or "buffer" (slices of stack_heap)
+    stack_heap: object = None   # lower_adstack.StackHeap (binding after the flags, bytes per thread)
+
+    @property
+    def num_buffers(self):
+        return len(self.bindings) + (self.flag_binding is not None) + (self.stack_heap is not None)
 
 
-def lower_task(kernel, task, *, local_size=128, features=None):
-    """Lower `task` of `kernel` to SPIR-V; raise LoweringError when the device cannot run it."""
+def lower_task(kernel, task, *, local_size=128, features=None, homes=None):
+    """Lower `task` of `kernel` to SPIR-V; raise LoweringError when the device cannot run it. `homes`:
+    "function" or "buffer" per adstack (nodes.adstacks_of order); None puts every stack in Function scope."""
     features = dict(DEFAULT_FEATURES if features is None else features)
-    return _Lowerer(kernel, task, local_size if task.kind == "parallel" else 1, features).run()
+    return _Lowerer(kernel, task, local_size if task.kind == "parallel" else 1, features, homes).run()
 
 
 class _Lowerer:
-    def __init__(self, kernel, task, local_size, features):
+    def __init__(self, kernel, task, local_size, features, homes=None):
         self.kernel, self.task, self.local_size, self.features = kernel, task, local_size, features
         self.m = m = Module(version=(1, 3))
         m.capability(Capability.Shader)
@@ -52,11 +60,11 @@ class _Lowerer:
         self.locals = {}       # Alloca -> Function variable
         self.loop_vars = {}    # RangeFor -> i32 Function variable of its index
         self.loops = []        # innermost last: [merge label, continue label, broken?]
-        self.stacks = {}       # AdStackAlloca -> its variables (lower_memory)
         self.spec_ids = {}     # spec id -> (default, constant id)
         self.cur_label = None
-        self.layout = plan_layout(kernel, task, features)
+        self.layout = plan_layout(kernel, task, features, homes)
         self.mem = Memory(self, self.layout)
+        self.adstacks = AdStacks(self, self.mem, self.layout)
 
     def error(self, msg):
         return LoweringError(f"kernel {self.kernel.name}, task {self.task.name}: {msg}")
@@ -145,6 +153,7 @@ class _Lowerer:
         tid = f.emit(Op.OpIAdd, u32, f.emit(Op.OpIMul, u32, group, self.u32c(self.local_size)),
                      f.emit(Op.OpLoad, u32, local))
         self.tid = self.emit(Op.OpBitcast, T.i32, tid)
+        self.adstacks.declare(tid)
         self.block(self.task.header)
         inside = self.emit(Op.OpSLessThan, T.u1, self.tid, self.value(self.task.num_threads))
         self.if_then_else(inside, self.task.body, None)
@@ -155,7 +164,7 @@ class _Lowerer:
             spirv=m.to_bytes(), bindings=list(lay.bindings), flag_binding=lay.flag_binding,
             push_fields=list(lay.push_fields), push_format=lay.push_format, push_size=lay.push_size,
             local_size=self.local_size, adstacks=list(lay.adstacks),
-            spec_ids={k: v[0] for k, v in self.spec_ids.items()})
+            spec_ids={k: v[0] for k, v in self.spec_ids.items()}, homes=lay.homes, stack_heap=lay.heap)
 
     # ---- statements ----
     def block(self, block):
@@ -291,22 +300,22 @@ class _Lowerer:
 
     # ---- adstacks ----
     def lower_AdStackAlloca(self, s):
-        self.mem.adstack_alloca(s)
+        self.adstacks.alloca(s)
 
     def lower_AdStackPush(self, s):
-        self.mem.adstack_push(s)
+        self.adstacks.push(s)
 
     def lower_AdStackPop(self, s):
-        self.mem.adstack_pop(s)
+        self.adstacks.pop(s)
 
     def lower_AdStackLoadTop(self, s):
-        self.vals[s] = self.mem.adstack_load(s, "primal")
+        self.vals[s] = self.adstacks.load(s, "primal")
 
     def lower_AdStackLoadTopAdj(self, s):
-        self.vals[s] = self.mem.adstack_load(s, "adjoint")
+        self.vals[s] = self.adstacks.load(s, "adjoint")
 
     def lower_AdStackAccAdjoint(self, s):
-        self.mem.adstack_acc_adjoint(s)
+        self.adstacks.acc_adjoint(s)
 
 
 def _starts_with_exit_check(stmts):

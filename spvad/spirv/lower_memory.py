@@ -1,5 +1,5 @@
-"""Memory side of the IR -> SPIR-V lowering: the task's layout (bindings, push constants), storage
-buffers, global loads/stores, atomics (native or compare-exchange loops) and the adstacks.
+"""Memory side of the IR -> SPIR-V lowering: the task's layout (bindings, push constants, adstack homes),
+storage buffers, global loads/stores, atomics (native or compare-exchange loops) and the adstack flags.
 
 Float atomics without a native instruction are compare-exchange loops on the element's bit pattern. The
 simplest valid way to get an integer pointer to a float element is to declare that binding's runtime array
@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from .. import types as T
 from ..ir import nodes as N
-from .spec import Capability, Decoration, GLSL, LoopControl, Op, SelectionControl, StorageClass
+from .lower_adstack import BUFFER, FUNCTION, HOMES, StackHeap, stack_shapes, stacks_with_adjoint
+from .spec import Capability, Decoration, GLSL, LoopControl, Op, StorageClass
 
 SCOPE_DEVICE, RELAXED = 1, 0
 INT_ATOMICS = {("add", "i"): Op.OpAtomicIAdd, ("add", "u"): Op.OpAtomicIAdd,
@@ -32,6 +33,9 @@ class Layout:
     push_format: str = "<"
     push_size: int = 0
     adstacks: list = field(default_factory=list)
+    homes: tuple = ()                                 # home of each adstack ("function" / "buffer")
+    adjoint_stacks: set = field(default_factory=set)  # adstacks that need an adjoint array
+    heap: object = None                               # StackHeap when some stack lives in the buffer
 
     @property
     def flag_binding(self):
@@ -46,8 +50,13 @@ def needs_cas(s, features):
     return not (dt == T.f32 and s.kind == "add" and features.get("atomic_float32_add"))
 
 
-def plan_layout(kernel, task, features):
+def plan_layout(kernel, task, features, homes=None):
+    """`homes`: one of "function"/"buffer" per adstack (adstacks_of order); None: all "function"."""
     lay = Layout(adstacks=N.adstacks_of(task))
+    lay.homes = tuple(homes) if homes is not None else (FUNCTION,) * len(lay.adstacks)
+    if len(lay.homes) != len(lay.adstacks) or not set(lay.homes) <= set(HOMES):
+        raise ValueError(f"task {task.name}: homes {lay.homes!r} for {len(lay.adstacks)} adstacks")
+    lay.adjoint_stacks = stacks_with_adjoint(task)
     scalars, shapes = set(), set()
     for s in list(N.walk(task.header)) + list(N.walk(task.body)):
         if isinstance(s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)):
@@ -79,6 +88,9 @@ def plan_layout(kernel, task, features):
         offset += size
     lay.push_format, lay.push_size = fmt, offset
     assert struct.calcsize(fmt) == offset
+    if BUFFER in lay.homes:   # after the arrays and the flag buffer
+        parts = [p for p, h in zip(stack_shapes(task), lay.homes) if h == BUFFER]
+        lay.heap = StackHeap(len(lay.bindings) + 1, tuple(parts))
     return lay
 
 
@@ -101,6 +113,8 @@ class Memory:
             self.buffers[key] = (self.buffer_variable(elem, binding, a.name + suffix), elem)
         if layout.adstacks:
             self.flag = self.buffer_variable(self.u32, layout.flag_binding, "adstack_flags")
+        if layout.heap is not None:
+            self.heap = self.buffer_variable(self.u32, layout.heap.binding, "adstack_heap")
         self.push_var = None
         if layout.push_fields:
             members = [L.storage_ty(pf[-1]) for pf in layout.push_fields]
@@ -224,97 +238,12 @@ class Memory:
         L.begin(merge)
         return old
 
-    # ---- adstacks (semantics mirror ir/interp.py's _AdStack) ----
-    def adstack_alloca(self, s):
-        """Declare count, primal[N], adjoint[N] on first sight (Function scope, no ArrayStride: NVIDIA
-        rejects it there), and reset count = 0 at the statement."""
-        L, m = self.L, self.L.m
-        st = L.stacks.get(s)
-        if st is None:
-            if s.capacity_spec_id is not None:
-                n, last = L.spec_constant(s.capacity_spec_id, s.capacity), None
-            else:
-                if not isinstance(s.capacity, int) or s.capacity < 1:
-                    raise L.error(f"adstack {s.name or s.id} has no capacity (got {s.capacity!r})")
-                n, last = L.u32c(s.capacity), L.u32c(s.capacity - 1)
-            elem = self.i32 if s.dtype.is_bool else L.ty(s.dtype)
-            arr = m.type_array(elem, length_id=n)
-            fn = StorageClass.Function
-            count = L.f.local_variable(m.type_pointer(fn, self.u32))
-            primal = L.f.local_variable(m.type_pointer(fn, arr))
-            adjoint = L.f.local_variable(m.type_pointer(fn, arr))
-            name = s.name or f"stack{s.id}"
-            for var, what in ((count, "count"), (primal, "primal"), (adjoint, "adjoint")):
-                m.name(var, f"{name}.{what}")
-            st = L.stacks[s] = {"count": count, "primal": primal, "adjoint": adjoint, "n": n, "last": last,
-                                "elem": elem, "k": self.lay.adstacks.index(s)}
-        L.f.emit_void(Op.OpStore, st["count"], L.u32c(0))
-
-    def _slot(self, st, which, index):
-        L = self.L
-        ptr_t = L.m.type_pointer(StorageClass.Function, st["elem"])
-        return L.f.emit(Op.OpAccessChain, ptr_t, st[which], index)
-
-    def _stack_in(self, s, v):
-        """A value of the stack's dtype in its element type (bools are i32 0/1)."""
-        return self.L.f.emit(Op.OpSelect, self.i32, v, self.L.i32c(1), self.L.i32c(0)) \
-            if s.stack.dtype.is_bool else v
-
-    def _stack_out(self, s, v):
-        return self.L.emit(Op.OpINotEqual, T.u1, v, self.L.i32c(0)) if s.stack.dtype.is_bool else v
-
-    def _top(self, st):
-        """Index of the top entry, clamped into the array: min(count - 1, N - 1) (never out of bounds)."""
-        L, u32 = self.L, self.u32
-        count = L.f.emit(Op.OpLoad, u32, st["count"])
-        last = L.f.emit(Op.OpISub, u32, count, L.u32c(1))
-        cap_last = st["last"] or L.f.emit(Op.OpISub, u32, st["n"], L.u32c(1))   # N - 1 (spec: at run time)
-        return count, L.f.ext_inst(u32, L.glsl_set, GLSL.UMin, last, cap_last)
-
-    def adstack_push(self, s):
-        """if count < N { primal[count] = v; adjoint[count] = 0 } else { flag overflow }; count += 1."""
+    # ---- adstack overflow (the stacks themselves are in lower_adstack.py) ----
+    def flag_overflow(self, k, depth):
+        """Set bit k of flag word 0 and raise depth word k to `depth` (atomics: threads race here)."""
         L, f, u32 = self.L, self.L.f, self.u32
-        st = L.stacks[s.stack]
-        count = f.emit(Op.OpLoad, u32, st["count"])
-        fits = L.emit(Op.OpULessThan, T.u1, count, st["n"])
-        then, other, merge = f.new_label(), f.new_label(), f.new_label()
-        f.emit_void(Op.OpSelectionMerge, merge, SelectionControl.NONE)
-        f.emit_void(Op.OpBranchConditional, fits, then, other)
-        L.begin(then)
-        f.emit_void(Op.OpStore, self._slot(st, "primal", count), self._stack_in(s, L.value(s.value)))
-        f.emit_void(Op.OpStore, self._slot(st, "adjoint", count), L.m.const(st["elem"], 0))
-        f.emit_void(Op.OpBranch, merge)
-        L.begin(other)
-        k = st["k"]
         word_t = L.m.type_pointer(StorageClass.StorageBuffer, u32)
         bits = f.emit(Op.OpAccessChain, word_t, self.flag, L.i32c(0), L.i32c(0))
         f.emit(Op.OpAtomicOr, u32, bits, self.scope, self.relaxed, L.u32c(1 << min(k, MAX_FLAG_BIT)))
-        depth = f.emit(Op.OpAccessChain, word_t, self.flag, L.i32c(0), L.i32c(N.FLAG_WORDS_HEADER + k))
-        f.emit(Op.OpAtomicUMax, u32, depth, self.scope, self.relaxed,
-               f.emit(Op.OpIAdd, u32, count, L.u32c(1)))
-        f.emit_void(Op.OpBranch, merge)
-        L.begin(merge)
-        f.emit_void(Op.OpStore, st["count"], f.emit(Op.OpIAdd, u32, count, L.u32c(1)))
-
-    def adstack_pop(self, s):
-        L, st = self.L, self.L.stacks[s.stack]
-        count = L.f.emit(Op.OpLoad, self.u32, st["count"])
-        L.f.emit_void(Op.OpStore, st["count"], L.f.emit(Op.OpISub, self.u32, count, L.u32c(1)))
-
-    def adstack_load(self, s, which):
-        L, st = self.L, self.L.stacks[s.stack]
-        _, top = self._top(st)
-        return self._stack_out(s, L.f.emit(Op.OpLoad, st["elem"], self._slot(st, which, top)))
-
-    def adstack_acc_adjoint(self, s):
-        """adjoint[top] += d, only when count <= N (an entry never stored takes no adjoint): branch-free,
-        the old value is stored back otherwise."""
-        L, st = self.L, self.L.stacks[s.stack]
-        count, top = self._top(st)
-        ptr = self._slot(st, "adjoint", top)
-        old = L.f.emit(Op.OpLoad, st["elem"], ptr)
-        d = self._stack_in(s, L.value(s.value))
-        add = Op.OpFAdd if s.stack.dtype.is_float else Op.OpIAdd
-        new = L.f.emit(add, st["elem"], old, d)
-        ok = L.emit(Op.OpULessThanEqual, T.u1, count, st["n"])
-        L.f.emit_void(Op.OpStore, ptr, L.f.emit(Op.OpSelect, st["elem"], ok, new, old))
+        word = f.emit(Op.OpAccessChain, word_t, self.flag, L.i32c(0), L.i32c(N.FLAG_WORDS_HEADER + k))
+        f.emit(Op.OpAtomicUMax, u32, word, self.scope, self.relaxed, depth)
