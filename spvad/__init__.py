@@ -3,11 +3,11 @@ from .errors import (AdStackOverflowError, ArgumentError, AutodiffRuleError, Com
                      PipelineCreationError, SpirvValidationError, SpvadError)
 from .kernel import func, kernel
 from .lang import (Array, abs, acos, asin, atan, atan2, atomic_add, atomic_max, atomic_min, cast, ceil, clamp,
-                   cos, cosh, exp, floor, log, log2, max, min, ndrange, pow, round, rsqrt, select, sign, sin,
-                   sinh, sqrt, static, tan, tanh)
+                   cos, cosh, cross, dot, exp, floor, length, log, log2, max, min, ndrange, normalize, pow, round,
+                   rsqrt, select, sign, sin, sinh, sqrt, static, tan, tanh)
 from .ndarray import from_numpy, ndarray
 from .runtime import device_info, init, reset, sync
 from .tape import FwdMode, Tape, grad_for, grad_replaced
-from .types import f32, f64, i32, u1, u32
+from .types import Vector, f32, f64, i32, u1, u32, vec2, vec3, vec4
 
 __version__ = "0.1.0"

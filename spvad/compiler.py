@@ -11,7 +11,7 @@ from .autodiff.forward import forward_task
 from .autodiff.reverse import reverse_task
 from .autodiff.loop_exits import eliminate_loop_exits as _loop_exits_of_task
 from .autodiff.validation import instrument
-from .errors import AdStackOverflowError, DeviceError, SpvadError
+from .errors import AdStackOverflowError, DeviceError, DeviceError, SpvadError
 from .ir import nodes as N
 from .ir import simplify, verify
 from .ir.frontend import build_kernel
@@ -95,7 +95,7 @@ class CompiledTask:
         key = ("flags", id(self))
         entry = rt.pipelines.get(key)
         if entry is None:
-            words = 1 + len(self.lowered.adstacks)
+            words = 2 + len(self.lowered.adstacks)   # overflow bits, depths, loop-cut word
             entry = rt.pipelines[key] = (rt.device.create_buffer(4 * words), self)
         return entry[0]
 
@@ -110,7 +110,14 @@ class CompiledTask:
     def check_overflow(self, rt):
         rt.pending_checks_owners.discard(self)
         buf = self.flag_buffer(rt)
-        words = buf.view(np.uint32)[: 1 + len(self.lowered.adstacks)]
+        words = buf.view(np.uint32)[: 2 + len(self.lowered.adstacks)]
+        if words[-1]:
+            words[:] = 0
+            limit = rt.device.info["limits"].get("max_loop_iterations")
+            return DeviceError(
+                f"kernel {self.kernel_name}: the driver stopped a loop before it finished, so the results are "
+                f"wrong ({rt.device.info['name']} runs at most {limit} loop iterations per thread, all loops of "
+                f"the thread together); split the loop across launches or threads")
         if not words[0]:
             return None
         bits = int(words[0])
@@ -130,7 +137,7 @@ class CompiledTask:
         if entry is None:
             low = self.depth_probe
             pipe = rt.device.create_pipeline(low.spirv, name=self.kernel_name + " (depth probe)",
-                                             num_buffers=len(low.bindings), push_constant_size=low.push_size)
+                                             num_buffers=low.num_buffers, push_constant_size=low.push_size)
             entry = rt.pipelines[key] = (pipe, rt.device.create_buffer(4 * self.depth_words), self)
         pipe, counts, _ = entry
         rt.sync()
@@ -138,8 +145,19 @@ class CompiledTask:
         view[:] = 0
         from .kernel import dispatch
         probe_arrays = arrays + [_Counters(counts)]
-        dispatch(rt, self.depth_probe, pipe, probe_arrays, scalars, shapes + [(self.depth_words,)], n)
+        flags = []
+        if self.depth_probe.flag_binding is not None:   # its loops are checked like any kernel's
+            flags = [rt.device.create_buffer(8)]
+        dispatch(rt, self.depth_probe, pipe, probe_arrays, scalars, shapes + [(self.depth_words,)], n, flags)
         rt.sync()
+        cut = flags and flags[0].view(np.uint32)[1]
+        for b in flags:
+            b.release()
+        if cut:
+            raise DeviceError(f"kernel {self.kernel_name}: the driver stopped a loop before it finished while "
+                              f"measuring adstack depths ({rt.device.info['name']} runs at most "
+                              f"{rt.device.info['limits'].get('max_loop_iterations')} loop iterations per "
+                              "thread); split the loop across launches or threads")
         return {sid: _bucket(int(view[sid])) for sid in self.sizer.measured}
 
     def capacity(self, stack):

@@ -7,7 +7,7 @@ from . import runtime
 from . import types as T
 from .compiler import compile_kernel
 from .errors import ArgumentError
-from .ir.frontend import ArraySpec
+from .ir.frontend import ArraySpec, VectorArgSpec
 from .ir.interp import eval_num_threads
 from .ir.source import FunctionSource
 from .lang import Array
@@ -84,16 +84,40 @@ class Kernel:
                 raise ArgumentError(f"kernel {self.name}: argument '{name}' must be an sp.ndarray, got "
                                     f"{type(value).__name__}" + (" (use sp.from_numpy)" if hasattr(
                                         value, "__array__") else ""))
+            if isinstance(ann, T.Vector):   # a vector by value: one push constant per component
+                specs.append(VectorArgSpec(ann))
+                scalars.extend(self._vector_components(name, ann, value))
+                continue
             dtype = self._scalar_dtype(name, ann, value)
             specs.append(dtype)
             scalars.append(value)
         return specs, arrays, scalars
 
+    def _vector_components(self, name, vtype, value):
+        """The components of a vector argument annotated `vtype` (a sequence or numpy array of n numbers)."""
+        import numpy as np
+        try:
+            arr = np.asarray(value)
+        except Exception:
+            arr = None
+        if arr is None or arr.shape != (vtype.n,) or arr.dtype.kind not in "biuf":
+            raise ArgumentError(f"kernel {self.name}: argument '{name}' is annotated {vtype} but got "
+                                f"{type(value).__name__} {value!r} (expected {vtype.n} numbers)")
+        comps = arr.tolist()
+        for c in comps:
+            if vtype.dtype.is_int and isinstance(c, float):
+                raise ArgumentError(f"kernel {self.name}: argument '{name}' is {vtype} but got float components")
+            if not T.fits(c, vtype.dtype):
+                raise ArgumentError(f"kernel {self.name}: argument '{name}': component {c!r} does not fit in "
+                                    f"{vtype.dtype}")
+        return comps
+
     def _scalar_dtype(self, name, ann, value):
         if hasattr(value, "__array__") and not isinstance(value, (int, float, bool)) and getattr(
                 value, "ndim", 1) != 0:
             raise ArgumentError(f"kernel {self.name}: argument '{name}' must be an sp.ndarray or a scalar, got "
-                                f"{type(value).__name__} (use sp.from_numpy)")
+                                f"{type(value).__name__} (use sp.from_numpy, or annotate a vector argument with "
+                                "its type, e.g. sp.vec3)")
         dtype = {float: T.f32, int: T.i32, bool: T.u1}.get(ann, ann)
         if dtype is None:
             dtype = T.python_scalar_dtype(value)
@@ -106,6 +130,8 @@ class Kernel:
                                 f"{type(value).__name__}")
         if dtype.is_int and vt.is_float:
             raise ArgumentError(f"kernel {self.name}: argument '{name}' is {dtype} but got float {value!r}")
+        if not T.fits(value, dtype):
+            raise ArgumentError(f"kernel {self.name}: argument '{name}' = {value!r} does not fit in {dtype}")
         return dtype
 
     def _compiled(self, specs, grad_mode="forward", target=None):
@@ -144,7 +170,7 @@ class Kernel:
         if plan is None:
             return launch(ck, arrays, scalars)
         everything = arrays + [obj for _, obj in ck.captured]
-        markers = [Ndarray(T.i32, everything[k].shape) for k in plan.marked]
+        markers = [Ndarray(T.i32, everything[k].storage_shape) for k in plan.marked]
         violations = Ndarray(T.i32, (len(plan.sites),))
         launch(ck, arrays, scalars, extra=markers + [violations])
         runtime.get().pending_checks.append(violation_check(self.name, plan, violations, markers))
@@ -200,7 +226,7 @@ def launch(ck, arrays, scalars, extra=()):
     """Queue every task of a compiled kernel on the device (asynchronous)."""
     rt = runtime.get()
     arrays = arrays + [obj for _, obj in ck.captured] + list(extra)
-    shapes = [a.shape for a in arrays]
+    shapes = [a.storage_shape for a in arrays]   # vector ndarrays add a trailing axis
     for ct in ck.tasks:
         n = eval_num_threads(ct.task, scalars, shapes)
         if n <= 0:
@@ -208,8 +234,14 @@ def launch(ck, arrays, scalars, extra=()):
         spec = ct.spec_constants(scalars, shapes, n)
         if ct.depth_probe is not None:
             spec = {**(spec or {}), **ct.measure_depths(rt, arrays, scalars, shapes, n)}
-        extra_buffers = [ct.flag_buffer(rt)] if ct.lowered.flag_binding is not None else []
-        dispatch(rt, ct.lowered, ct.pipeline(rt, spec), arrays, scalars, shapes, n, extra_buffers)
+        low, extra_buffers = ct.lowered, []
+        if low.adstacks:   # the stack homes, hence the module variant, depend on the capacities
+            low = ct.variant(ct.homes(rt, spec))
+        if low.flag_binding is not None:
+            extra_buffers.append(ct.flag_buffer(rt))
+        if low.stack_heap is not None:
+            extra_buffers.append(ct.stack_heap(rt, low, spec, n))
+        dispatch(rt, low, ct.pipeline(rt, spec, low), arrays, scalars, shapes, n, extra_buffers)
         ct.after_launch(rt, spec)
 
 

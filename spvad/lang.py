@@ -1,4 +1,4 @@
-"""Names users call inside kernels (math, casts, atomics, static, ndrange) and the `Array` annotation.
+"""Names users call inside kernels (math, vectors, casts, atomics, static, ndrange) and the `Array` annotation.
 
 Each is an ordinary Python function too (numpy semantics), tagged with `_spvad_builtin` so the frontend
 recognises it by identity and compiles it instead of calling it.
@@ -42,6 +42,18 @@ select = _builtin("select", lambda c, a, b: np.where(c, a, b))
 cast = _builtin("cast", lambda v, dtype: dtype.np.type(v))
 
 
+# vectors (outside kernels: numpy arrays whose last axis holds the components)
+def _length(v):
+    v = np.asarray(v)
+    return np.sqrt(np.sum(v * v, axis=-1))[()]
+
+
+dot = _builtin("dot", lambda a, b: np.sum(np.asarray(a) * np.asarray(b), axis=-1)[()])
+cross = _builtin("cross", lambda a, b: np.cross(a, b))
+length = _builtin("length", _length)
+normalize = _builtin("normalize", lambda v: np.asarray(v) / np.expand_dims(_length(v), -1))
+
+
 def _host_only(name):
     def fn(*args, **kwargs):
         raise TypeError(f"sp.{name} can only be used inside a kernel")
@@ -70,5 +82,6 @@ def ndrange(*extents):
 
 ndrange._spvad_builtin = "ndrange"
 
-__all__ = ["Array", "atan2", "pow", "min", "max", "clamp", "select", "cast", "atomic_add", "atomic_max",
+__all__ = ["Array", "dot", "cross", "length", "normalize",
+           "atan2", "pow", "min", "max", "clamp", "select", "cast", "atomic_add", "atomic_max",
            "atomic_min", "static", "ndrange", *_NUMPY_UNARY]

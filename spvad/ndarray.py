@@ -28,7 +28,7 @@ def _iterable(shape):
 
 
 def _check_dtype(dtype):
-    if isinstance(dtype, T.DType):
+    if isinstance(dtype, (T.DType, T.Vector)):
         return dtype
     if isinstance(dtype, str):
         raise ArgumentError(f"dtype must be an spvad dtype such as sp.f32, got the string {dtype!r}")
@@ -45,17 +45,22 @@ def _check_dtype(dtype):
 
 
 class Ndarray:
-    """A contiguous device array. Host access (to_numpy, from_numpy, fill, [] get/set) synchronises first."""
+    """A contiguous device array. Host access (to_numpy, from_numpy, fill, [] get/set) synchronises first.
+
+    An ndarray of vectors (`sp.ndarray(sp.vec3, (n,))`) has `shape` (n,) and stores (n, 3) scalars:
+    numpy I/O uses that `storage_shape`, and `a[i]` is a numpy vector."""
     _spvad_ndarray = True
 
     def __init__(self, dtype, shape, needs_grad=False, needs_dual=False):
         self.dtype = _check_dtype(dtype)
         self.shape = _normalize_shape(shape)
+        self.width = T.vector_width(self.dtype)
+        self.element_dtype = T.element_dtype(self.dtype)
         rt = runtime.get()
-        if self.dtype == T.f64 and not rt.device.info["features"].get("float64"):
+        if self.element_dtype == T.f64 and not rt.device.info["features"].get("float64"):
             raise DeviceError(f"device '{rt.device.info['name']}' has no float64 support")
-        self.size = int(np.prod(self.shape)) if self.shape else 1
-        self._np_dtype = T.storage_np_dtype(self.dtype)
+        self.size = int(np.prod(self.storage_shape)) if self.storage_shape else 1   # scalars stored
+        self._np_dtype = T.storage_np_dtype(self.element_dtype)
         self._runtime = rt
         self.buffer = rt.device.create_buffer(max(self.size, 1) * self._np_dtype.itemsize)
         self.grad = Ndarray(self.dtype, self.shape) if needs_grad else None
@@ -66,6 +71,11 @@ class Ndarray:
         buf = getattr(self, "buffer", None)
         if buf is not None and self._runtime is runtime.current():
             buf.release()
+
+    @property
+    def storage_shape(self):
+        """The shape kernels index and numpy I/O uses: `shape`, plus a trailing axis for vector dtypes."""
+        return self.shape + (self.width,) if self.width else self.shape
 
     @property
     def ndim(self):
@@ -92,31 +102,51 @@ class Ndarray:
 
     def to_numpy(self):
         out = self._view().copy()
-        if self.dtype.is_bool:
+        if self.element_dtype.is_bool:
             out = out != 0
-        return out.reshape(self.shape)
+        return out.reshape(self.storage_shape)
 
     def from_numpy(self, arr):
         arr = np.asarray(arr)
-        if arr.shape != self.shape:
-            raise ArgumentError(f"from_numpy: shape {arr.shape} does not match the ndarray's {self.shape}")
-        if self.dtype.is_float and not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        if arr.shape != self.storage_shape:
+            what = f"{self.storage_shape} (shape {self.shape} of {self.dtype})" if self.width else f"{self.shape}"
+            raise ArgumentError(f"from_numpy: shape {arr.shape} does not match the ndarray's {what}")
+        dt = self.element_dtype
+        if dt.is_float and not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
             raise ArgumentError(f"from_numpy: cannot store {arr.dtype} data in a {self.dtype} ndarray")
-        if self.dtype.is_int and not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
+        if dt.is_int and not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
             raise ArgumentError(f"from_numpy: cannot store {arr.dtype} data in a {self.dtype} ndarray "
                                 "without losing the fraction; cast it first")
-        if self.dtype.is_int and arr.size and not (T.fits(arr.min(), self.dtype) and T.fits(arr.max(), self.dtype)):
+        if dt.is_int and arr.size and not (T.fits(arr.min(), dt) and T.fits(arr.max(), dt)):
             raise ArgumentError(f"from_numpy: values in [{arr.min()}, {arr.max()}] do not fit in {self.dtype}")
-        self._view()[:] = arr.reshape(-1).astype(self._np_dtype if not self.dtype.is_bool else bool)
+        self._view()[:] = arr.reshape(-1).astype(self._np_dtype if not dt.is_bool else bool)
         return self
 
     def _checked_scalar(self, value):
-        if not isinstance(value, (bool, int, float, np.generic)) or not T.fits(value, self.dtype):
+        if not isinstance(value, (bool, int, float, np.generic)) or not T.fits(value, self.element_dtype):
             raise ArgumentError(f"{value!r} cannot be stored in a {self.dtype} ndarray")
         return value
 
+    def _checked_value(self, value):
+        """A scalar, or for vector ndarrays also a sequence of `width` scalars (one per component)."""
+        if self.width and not isinstance(value, (bool, int, float, np.generic)):
+            try:
+                vals = np.asarray(value)
+            except Exception:
+                vals = None
+            if vals is None or vals.shape != (self.width,) or vals.dtype.kind not in "biuf":
+                raise ArgumentError(f"{value!r} cannot be stored in a {self.dtype} ndarray (expected a scalar "
+                                    f"or {self.width} components)")
+            return np.array([self._checked_scalar(v) for v in vals.tolist()], dtype=self._np_dtype)
+        return self._checked_scalar(value)
+
+    def _rows(self):
+        """The storage as (elements, width) for vector ndarrays, flat otherwise."""
+        view = self._view()
+        return view.reshape(-1, self.width) if self.width else view
+
     def fill(self, value):
-        self._view()[:] = self._checked_scalar(value)
+        self._rows()[:] = self._checked_value(value)
         return self
 
     def _flat_index(self, key):
@@ -133,21 +163,32 @@ class Ndarray:
         return flat
 
     def __getitem__(self, key):
-        v = self._view()[self._flat_index(key)]
+        v = self._rows()[self._flat_index(key)]
+        if self.width:
+            return v.copy()
         return bool(v) if self.dtype.is_bool else v.item()
 
     def __setitem__(self, key, value):
         i = self._flat_index(key)
-        self._view()[i] = self._checked_scalar(value)
+        self._rows()[i] = self._checked_value(value)
 
 
 def ndarray(dtype, shape, needs_grad=False, needs_dual=False):
     return Ndarray(dtype, shape, needs_grad, needs_dual)
 
 
-def from_numpy(arr, needs_grad=False, needs_dual=False):
-    """A new ndarray holding a copy of `arr`; float64 data gives f64 (only when the device has it)."""
+def from_numpy(arr, needs_grad=False, needs_dual=False, dtype=None):
+    """A new ndarray holding a copy of `arr`; float64 data gives f64 (only when the device has it).
+
+    `dtype` picks the dtype instead; a vector dtype takes `arr`'s last axis as the components."""
     arr = np.asarray(arr)
+    if dtype is not None:
+        dtype = _check_dtype(dtype)
+        width = T.vector_width(dtype)
+        if width and (arr.ndim == 0 or arr.shape[-1] != width):
+            raise ArgumentError(f"from_numpy: a {dtype} ndarray needs data whose last axis has length {width}, "
+                                f"got shape {arr.shape}")
+        return Ndarray(dtype, arr.shape[:-1] if width else arr.shape, needs_grad, needs_dual).from_numpy(arr)
     dt = T.from_numpy_dtype(arr.dtype)
     if dt is None and np.issubdtype(arr.dtype, np.integer):
         if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):

@@ -140,7 +140,7 @@ class FwdMode:
         seed = np.asarray(seed, dtype=np.float64).reshape(-1)
         if seed.size != param.size:
             raise ArgumentError(f"FwdMode: seed has {seed.size} entries, param has {param.size} elements")
-        self.loss, self.param, self.seed = loss, param, seed.reshape(param.shape)
+        self.loss, self.param, self.seed = loss, param, seed.reshape(param.storage_shape)
         self.seen = {id(param)}
 
     def prepare(self, arrays):

@@ -1,4 +1,4 @@
-"""Scalar dtypes of spvad (f32, f64, i32, u32, u1) and numpy-like type promotion."""
+"""Scalar dtypes of spvad (f32, f64, i32, u32, u1), small vector types, and numpy-like type promotion."""
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +46,55 @@ u32 = DType("u32", "u", 32, "uint32")
 u1 = DType("u1", "b", 32, "bool")   # stored as a 32-bit word in buffers
 ALL = (f32, f64, i32, u32, u1)
 DEFAULT_FLOAT, DEFAULT_INT = f32, i32
+
+
+
+@dataclass(frozen=True)
+class Vector:
+    """`sp.Vector(n, dtype)`: a vector of 2..4 components (f32, f64, i32 or u32); `sp.vec3` = Vector(3, f32).
+
+    Kernels scalarise vectors (one IR value per component); as an ndarray dtype it adds a trailing axis of
+    length `n` to the storage. Called outside kernels it builds a numpy array."""
+    n: int
+    dtype: DType
+
+    def __post_init__(self):
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or not 2 <= self.n <= 4:
+            raise TypeError(f"sp.Vector: the width must be 2, 3 or 4, got {self.n!r}")
+        if not isinstance(self.dtype, DType) or self.dtype.is_bool:
+            raise TypeError(f"sp.Vector: the component dtype must be sp.f32, sp.f64, sp.i32 or sp.u32, "
+                            f"got {self.dtype!r}")
+
+    @property
+    def name(self):
+        return f"vec{self.n}" if self.dtype == f32 else f"Vector({self.n}, {self.dtype})"
+
+    def __repr__(self):
+        return self.name
+
+    def __call__(self, *args):
+        """Outside kernels: a numpy array of `n` components (GLSL-style: n scalars and vectors, or one scalar)."""
+        parts = [np.asarray(a).reshape(-1) for a in args]
+        flat = np.concatenate(parts) if parts else np.zeros(0)
+        if flat.size == 1:
+            flat = np.repeat(flat, self.n)
+        if flat.size != self.n:
+            raise TypeError(f"{self.name}(...) needs {self.n} components, got {flat.size}")
+        return flat.astype(self.dtype.np)
+
+
+vec2, vec3, vec4 = Vector(2, f32), Vector(3, f32), Vector(4, f32)
+
+
+def element_dtype(dt):
+    """The scalar dtype of one stored component (the dtype itself for scalar dtypes)."""
+    return dt.dtype if isinstance(dt, Vector) else dt
+
+
+def vector_width(dt):
+    """Number of components (0 for scalar dtypes)."""
+    return dt.n if isinstance(dt, Vector) else 0
+
 
 _BY_NP = {"float32": f32, "float64": f64, "int32": i32, "uint32": u32, "bool": u1}
 

@@ -5,6 +5,7 @@ Active = depends on a load from a needs-grad array AND flows into a store/atomic
 array (through values and local slots), float-typed. Nothing is computed, stored or pushed for the rest.
 """
 from ..ir import nodes as N
+from .rules import ZERO_GRADIENT
 
 CONSTRUCTS = (N.If, N.RangeFor, N.While)
 
@@ -48,7 +49,8 @@ class Activity:
             for s in self.stmts:
                 if s.dtype is not None and s.dtype.is_float and s not in fwd:
                     if (isinstance(s, N.GlobalLoad) and self.is_grad_array_access(s)) or \
-                            (isinstance(s, N.Compute) and any(a in fwd for a in s.args)) or \
+                            (isinstance(s, N.Compute) and s.op not in ZERO_GRADIENT and
+                             any(a in fwd for a in s.args)) or \
                             (isinstance(s, N.LocalLoad) and s.slot in fwd_slots):
                         fwd.add(s)
                         changed = True
@@ -62,7 +64,10 @@ class Activity:
                 if isinstance(s, (N.GlobalStore, N.AtomicRMW)) and self.is_grad_array_access(s):
                     new = {s.value} - bwd
                 elif isinstance(s, N.Compute) and s in bwd:
-                    new = set(s.args) - bwd
+                    # no adjoint flows through ints/bools (casts to int, conditions) or zero-gradient ops
+                    if s.op in ZERO_GRADIENT or not s.dtype.is_float:
+                        continue
+                    new = {a for a in s.args if a.dtype.is_float} - bwd
                 elif isinstance(s, N.LocalLoad) and s in bwd and s.slot not in bwd_slots:
                     bwd_slots.add(s.slot)
                     changed = True

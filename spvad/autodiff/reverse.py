@@ -238,7 +238,16 @@ class _Reverser(Emitter):
             chain.append(p)
             p = self.act.parent.get(p)
         outside = [c for c in chain if c not in around]
-        return outside[-1] if outside else None
+        if not outside:
+            return None
+        scope = outside[-1]
+        # A store/atomic into the same array inside the scope reads that element's .grad in the reverse
+        # (e.g. `if k == 0: y[i] = e` then `... y[i] ...` in a loop): its loads must add theirs first.
+        for b in scope.blocks():
+            for t in N.walk(b):
+                if isinstance(t, (N.GlobalStore, N.AtomicRMW)) and t.array is load.array:
+                    return None
+        return scope
 
     def flush_loads(self, construct, m):
         for (array, indices), acc in self.flushes.get(construct, {}).items():

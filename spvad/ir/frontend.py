@@ -9,6 +9,7 @@ from .. import types as T
 from . import nodes as N
 from .emit import PY_SCALARS, Emitter
 from .frontend_calls import CallsMixin
+from .frontend_vectors import VecArg, VecSlots, VecValue, VectorsMixin, is_constant_vector
 from .source import FunctionSource
 
 
@@ -17,6 +18,15 @@ class ArraySpec:
 
     def __init__(self, dtype, ndim, needs_grad=False, needs_dual=False):
         self.dtype, self.ndim, self.needs_grad, self.needs_dual = dtype, ndim, needs_grad, needs_dual
+
+
+class VectorArgSpec:
+    """A vector kernel argument passed by value (one push constant per component). Shaped like ArraySpec
+    (ndim None) so a specialisation key can describe either."""
+    ndim, needs_grad, needs_dual = None, False, False
+
+    def __init__(self, dtype):
+        self.dtype = dtype
 
 
 class Lazy:
@@ -57,13 +67,15 @@ class Scope:
 PURE_KINDS = (N.Const, N.ScalarArg, N.ArrayShape, N.Compute)
 
 
-class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
+class KernelBuilder(CallsMixin, VectorsMixin, Emitter, ast.NodeVisitor):
     def __init__(self, src: FunctionSource, specs, resolve_global_array):
         super().__init__()
         self.src, self.specs, self.resolve_global_array = src, specs, resolve_global_array
         self.kernel = N.Kernel(src.name, [], [], [], src.filename)
         self.param_bindings = []          # per Python parameter: ('array', ArrayParam) | ('scalar', ScalarParam)
+        #                                   | ('vector', (ScalarParam per component))
         self.captured = []                # (ArrayParam, python ndarray object)
+        self.vector_arrays = {}           # ArrayParam of an ndarray of vectors -> width (its last storage axis)
         self.loops = []                   # stack of "parallel" | RangeFor | While | "static"
         self.task = None
         self.inline_stack = []
@@ -81,11 +93,16 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
             self.error(f"kernel takes {len(args.args)} parameters, specialised with {len(self.specs)}")
         for a, spec in zip(args.args, self.specs):
             if isinstance(spec, ArraySpec):
-                p = N.ArrayParam(a.arg, spec.dtype, spec.ndim, len(self.kernel.arrays), spec.needs_grad,
-                                 spec.needs_dual)
-                self.kernel.arrays.append(p)
+                p = self.array_param(a.arg, spec.dtype, spec.ndim, spec.needs_grad, spec.needs_dual)
                 self.param_bindings.append(("array", p))
                 scope.names[a.arg] = p
+            elif isinstance(spec, VectorArgSpec):
+                params = []
+                for k in range(spec.dtype.n):
+                    params.append(N.ScalarParam(f"{a.arg}_{k}", spec.dtype.dtype, len(self.kernel.scalars)))
+                    self.kernel.scalars.append(params[-1])
+                self.param_bindings.append(("vector", tuple(params)))
+                scope.names[a.arg] = VecArg(params)
             else:
                 p = N.ScalarParam(a.arg, spec, len(self.kernel.scalars))
                 self.kernel.scalars.append(p)
@@ -104,6 +121,16 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
                 serial.append(stmt)
         self.flush_serial(serial)
         return self.kernel
+
+    def array_param(self, name, dtype, ndim, needs_grad, needs_dual):
+        """The IR array of an ndarray; an ndarray of vectors is a scalar array with one more axis."""
+        width = T.vector_width(dtype)
+        p = N.ArrayParam(name, T.element_dtype(dtype), ndim + (1 if width else 0), len(self.kernel.arrays),
+                         needs_grad, needs_dual)
+        self.kernel.arrays.append(p)
+        if width:
+            self.vector_arrays[p] = width
+        return p
 
     def at(self, node):
         self.loc = self.src.loc(node)
@@ -142,7 +169,7 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
         finally:
             self.block = saved
         if all(isinstance(s, PURE_KINDS) for s in scratch.stmts) and all(
-                isinstance(v, (N.Stmt,) + PY_SCALARS) for v in values):
+                isinstance(v, (N.Stmt, VecValue) + PY_SCALARS) for v in values):
             # The Lazy keeps a snapshot of the names it may read: a later rebinding must not change it.
             snapshot = Scope(self.scope.src, self.scope.names)
             for k, (name, v) in enumerate(zip(names, values)):
@@ -152,9 +179,11 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
         return False
 
     def as_tuple(self, value):
-        """A tuple, or `x.shape` as a tuple of shape values; None for anything else."""
+        """A tuple, `x.shape` as a tuple of shape values, a vector as its components; None for anything else."""
         if isinstance(value, ShapeRef):
-            return tuple(self.emit(N.ArrayShape(value.array, k)) for k in range(value.array.ndim))
+            return tuple(self.emit(N.ArrayShape(value.array, k)) for k in range(self.user_ndim(value.array)))
+        if isinstance(value, VecValue):
+            return value.comps
         return value if isinstance(value, tuple) else None
 
     def unpack(self, value, n):
@@ -292,6 +321,8 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
         return vals[0], vals[1], step
 
     def index_value(self, v):
+        if isinstance(v, VecValue):
+            self.error(f"indices and loop bounds must be integers, got a {v.name}")
         if isinstance(v, bool) or isinstance(v, float):
             self.error(f"expected an integer, got {v!r}")
         if isinstance(v, int):
@@ -338,8 +369,10 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
         if not isinstance(node.target, ast.Name) or node.value is None:
             self.error("annotated assignment needs a name and a value")
         dtype = self.visit(node.annotation)
+        if isinstance(dtype, T.Vector):
+            return self.assign(node.target, self.make_vector(dtype, [self.visit(node.value)]))
         if not isinstance(dtype, T.DType):
-            self.error("annotation of a local must be an spvad dtype such as sp.f32")
+            self.error("annotation of a local must be an spvad dtype such as sp.f32 or sp.vec3")
         self.assign(node.target, self.cast(self.visit(node.value), dtype), dtype)
 
     def assign(self, target, value, dtype=None):
@@ -348,28 +381,30 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
                 self.assign(t, v)
         elif isinstance(target, ast.Name):
             self.assign_name(target.id, value, dtype)
+        elif isinstance(target, (ast.Subscript, ast.Attribute)) and self.is_local_component(target):
+            self.store_local(*self.local_component_target(target), value)
         elif isinstance(target, ast.Subscript):
             arr, field, idx = self.subscript_target(target)
-            self.emit(N.GlobalStore(arr, idx, self.cast(value, arr.dtype), field))
+            self.store_element(arr, field, idx, value)
         else:
-            self.error("can only assign to names, array elements and tuples of them")
+            self.error("can only assign to names, array elements, vector components and tuples of them")
 
     def assign_name(self, name, value, dtype=None):
         cur = self.scope.names.get(name)
-        if cur is ENDED or (isinstance(cur, N.Alloca) and cur.task is not self.task):
+        if cur is ENDED or (isinstance(cur, (N.Alloca, VecSlots)) and cur.task is not self.task):
             cur = None   # a fresh binding: the old local lived in another dispatch (or was a loop index)
+        fresh_ok = cur is None or isinstance(cur, (Lazy, N.Alloca, VecSlots) + PY_SCALARS) or name in self.assignable
+        if isinstance(value, VecValue) or isinstance(cur, VecSlots):
+            if not fresh_ok:
+                self.error(f"cannot assign to '{name}' (a loop index or kernel argument)")
+            return self.assign_vector_name(name, cur, value)
         if isinstance(value, (tuple, N.ArrayParam, FieldRef)) and not isinstance(cur, N.Alloca):
             self.scope.names[name] = value     # compile-time aliases (tuples, arrays)
             return
         if isinstance(cur, N.Alloca):
-            self.check_same_task(name, cur)
-            v = self.typed(value, like=N.Const(0, cur.dtype))
-            if cur.dtype.is_int and v.dtype.is_float:
-                self.error(f"local '{name}' holds {cur.dtype} (from its first assignment); assigning a "
-                           f"{v.dtype} would truncate it: give it a float first value, e.g. {name} = 0.0")
-            self.emit(N.LocalStore(cur, self.cast(v, cur.dtype)))
+            self.store_local(name, cur, value)
             return
-        if cur is not None and not isinstance(cur, (Lazy,) + PY_SCALARS) and name not in self.assignable:
+        if not fresh_ok:
             self.error(f"cannot assign to '{name}' (a loop index or kernel argument)")
         v = self.typed(value)
         slot = N.Alloca(dtype or v.dtype, name)
@@ -379,23 +414,32 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
         self.scope.names[name] = slot
         self.emit(N.LocalStore(slot, self.cast(v, slot.dtype)))
 
+    def store_local(self, name, slot, value):
+        """Store into an existing local slot, converting as its first assignment fixed its dtype."""
+        self.check_same_task(name, slot)
+        v = self.typed(value, like=N.Const(0, slot.dtype))
+        if slot.dtype.is_int and v.dtype.is_float:
+            self.error(f"local '{name}' holds {slot.dtype} (from its first assignment); assigning a "
+                       f"{v.dtype} would truncate it: give it a float first value, e.g. {name} = 0.0")
+        self.emit(N.LocalStore(slot, self.cast(v, slot.dtype)))
+
     @property
     def assignable(self):
         return getattr(self.scope, "params", ())
 
     def visit_AugAssign(self, node):
         sym = self.OPS[type(node.op)]
-        if isinstance(node.target, ast.Subscript):
+        if isinstance(node.target, (ast.Subscript, ast.Attribute)) and self.is_local_component(node.target):
+            name, slot = self.local_component_target(node.target)
+            self.store_local(name, slot, self.binop(sym, self.emit(N.LocalLoad(slot)), self.visit(node.value)))
+        elif isinstance(node.target, ast.Subscript):
             arr, field, idx = self.subscript_target(node.target)
             value = self.visit(node.value)
             if sym in ("+", "-"):
-                v = self.cast(value, arr.dtype)
-                if sym == "-":
-                    v = self.unary("-", v)
-                self.emit(N.AtomicRMW("add", arr, idx, v, field))
+                self.atomic_element("add", arr, field, idx, value, negate=sym == "-")
                 return
-            old = self.emit(N.GlobalLoad(arr, idx, field))
-            self.emit(N.GlobalStore(arr, idx, self.cast(self.binop(sym, old, value), arr.dtype), field))
+            old = self.load_element(arr, field, idx)
+            self.store_element(arr, field, idx, self.binop(sym, old, value))
         elif isinstance(node.target, ast.Name):
             cur = self.load_name(node.target.id)
             self.assign_name(node.target.id, self.binop(sym, cur, self.visit(node.value)))
@@ -514,8 +558,12 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
             if isinstance(v, N.Alloca):
                 self.check_same_task(name, v)
                 return self.emit(N.LocalLoad(v))
+            if isinstance(v, VecSlots):
+                return self.load_vector_slots(name, v)
             if isinstance(v, N.ScalarParam):
                 return self.emit(N.ScalarArg(v))
+            if isinstance(v, VecArg):
+                return VecValue(self.emit(N.ScalarArg(p)) for p in v.params)
             if v is ENDED:
                 self.error(f"loop index '{name}' is only defined inside its loop")
             if isinstance(v, Lazy):
@@ -541,14 +589,14 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
             for p, o in self.captured:
                 if o is obj:
                     return p
-            p = N.ArrayParam(name, obj.dtype, obj.ndim, len(self.kernel.arrays), obj.grad is not None,
-                             obj.dual is not None)
-            self.kernel.arrays.append(p)
+            p = self.array_param(name, obj.dtype, obj.ndim, obj.grad is not None, obj.dual is not None)
             self.captured.append((p, obj))
             self.resolve_global_array(name, obj)
             return p
         if isinstance(obj, (int, float, bool)):
             return obj
+        if is_constant_vector(obj):
+            return self.constant_vector(obj) or obj
         return obj   # modules, functions, dtypes: resolved further by attribute access or calls
 
     def visit_Attribute(self, node):
@@ -561,6 +609,8 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
                     self.error(f"array '{base.name}' has no .{node.attr} (create it with needs_{node.attr}=True)")
                 return FieldRef(base, node.attr)
             self.error(f"arrays have no attribute '{node.attr}' in kernels")
+        if isinstance(base, VecValue):
+            return self.swizzle(base, node.attr)
         if isinstance(base, (N.Stmt,) + PY_SCALARS):
             self.error(f"values have no attribute '{node.attr}'")
         try:
@@ -571,19 +621,21 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
     def visit_Subscript(self, node):
         base = self.visit(node.value)
         if isinstance(base, ShapeRef):
-            k = self.visit(node.slice)
-            if not isinstance(k, int) or not -base.array.ndim <= k < base.array.ndim:
-                self.error(f"shape index must be a constant in range for a {base.array.ndim}-d array")
-            return self.emit(N.ArrayShape(base.array, k % base.array.ndim))
+            k, ndim = self.visit(node.slice), self.user_ndim(base.array)
+            if not isinstance(k, int) or not -ndim <= k < ndim:
+                self.error(f"shape index must be a constant in range for a {ndim}-d array")
+            return self.emit(N.ArrayShape(base.array, k % ndim))
         if isinstance(base, (N.ArrayParam, FieldRef)):
             arr, field, idx = self.subscript_target(node)
-            return self.emit(N.GlobalLoad(arr, idx, field))
+            return self.load_element(arr, field, idx)
+        if isinstance(base, VecValue):
+            return self.component(base, self.visit(node.slice))
         if isinstance(base, tuple):
             k = self.visit(node.slice)
             if not isinstance(k, int):
                 self.error("tuples can only be indexed with compile-time integers")
             return base[k]
-        self.error("only arrays, shapes and tuples can be indexed")
+        self.error("only arrays, shapes, vectors and tuples can be indexed")
 
     def subscript_target(self, node):
         base = self.visit(node.value)
@@ -597,8 +649,10 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
             raw = [self.visit(e) for e in sl.elts]
         else:
             raw = [self.visit(sl)]
-        if len(raw) != arr.ndim:
-            self.error(f"array '{arr.name}' has {arr.ndim} dimension(s), indexed with {len(raw)}")
+        width = self.array_width(arr)
+        if len(raw) != arr.ndim and not (width and len(raw) == arr.ndim - 1):
+            what = f"{arr.ndim - 1} dimension(s) of {width}-vectors" if width else f"{arr.ndim} dimension(s)"
+            self.error(f"array '{arr.name}' has {what}, indexed with {len(raw)}")
         idx = tuple(self.cast(self.index_value(i), T.i32) for i in raw)
         return arr, field, idx
 
@@ -685,6 +739,8 @@ class KernelBuilder(CallsMixin, Emitter, ast.NodeVisitor):
             for b in blocks:
                 self.block.stmts.extend(b.stmts)
             return self.select(cond, vals[0], vals[1])
+        if any(isinstance(v, VecValue) for v in vals):
+            return self.vector_ifexp(cond, blocks, vals)
         a, b = vals
         probe_a, probe_b = self.typed_probe(a), self.typed_probe(b)
         dt = T.promote(probe_a, probe_b) if probe_a != probe_b else probe_a

@@ -4,6 +4,7 @@ import ast
 from .. import types as T
 from . import nodes as N
 from .emit import PY_SCALARS
+from .frontend_vectors import VECTOR_BUILTINS, VecSlots, VecValue
 from .ops import Op
 from .source import FunctionSource
 
@@ -27,7 +28,11 @@ class CallsMixin:
                 self.error("keyword arguments to @sp.func are not supported")
             return self.inline(fn, args)
         if isinstance(fn, T.DType):
-            return self.cast(self.one_arg(args, fn.name), fn)
+            return self.cast_any(self.one_arg(args, fn.name), fn)
+        if isinstance(fn, T.Vector):
+            return self.make_vector(fn, args)
+        if fn is T.Vector:
+            return self.vector_type_call(args)
         if kw:
             self.error(f"keyword arguments are not supported when calling {getattr(fn, '__name__', fn)}")
         if name is not None:
@@ -78,6 +83,10 @@ class CallsMixin:
             return self.one_arg(args, "sp.static")
         if name == "ndrange":
             self.error("sp.ndrange(...) is only supported as the iterable of a for loop")
+        if name in VECTOR_BUILTINS:
+            return self.vector_builtin(name, args)
+        if len(args) == 2 and name in ("atan2", "pow") and any(isinstance(a, VecValue) for a in args):
+            return self.elementwise(lambda a, b: self.builtin(name, [a, b]), *args)
         if len(args) == 2 and name in ("atan2", "pow"):
             a, b = args
             a, b = self.unify(self.to_float(a), self.to_float(b)) if isinstance(a, N.Stmt) or isinstance(
@@ -89,16 +98,15 @@ class CallsMixin:
             return self.minmax(Op.MAX, self.minmax(Op.MIN, args[0], args[2]), args[1])
         if name == "select" and len(args) == 3:
             return self.select(*args)
-        if name == "cast" and len(args) == 2 and isinstance(args[1], T.DType):
-            return self.cast(args[0], args[1])
+        if name == "cast" and len(args) == 2 and isinstance(args[1], (T.DType, T.Vector)):
+            return self.cast_any(args[0], args[1])
         self.error(f"wrong arguments for sp.{name}")
 
     def atomic_call(self, kind, node):
         if len(node.args) != 2 or not isinstance(node.args[0], ast.Subscript):
             self.error(f"sp.atomic_{kind}(x[i], value) takes an array element and a value")
         arr, field, idx = self.subscript_target(node.args[0])
-        value = self.cast(self.visit(node.args[1]), arr.dtype)
-        return self.emit(N.AtomicRMW(kind, arr, idx, value, field))
+        return self.atomic_element(kind, arr, field, idx, self.visit(node.args[1]))
 
     # ---- @sp.func inlining ----
     def inline(self, func, args):
@@ -123,7 +131,7 @@ class CallsMixin:
         self.inline_stack.append(func)
         try:
             for n, v in zip(names, args):
-                if n in assigned and isinstance(v, (N.Stmt,) + PY_SCALARS):
+                if n in assigned and isinstance(v, (N.Stmt, VecValue) + PY_SCALARS):
                     self.assign_name(n, v)
                 else:
                     scope.names[n] = v
@@ -146,7 +154,10 @@ class CallsMixin:
             self.at(body[-1])
             return self.visit(body[-1].value) if body[-1].value is not None else None
         self.visit_body(body)
-        return self.emit(N.LocalLoad(self.return_slot)) if self.return_slot is not None else None
+        slot = self.return_slot
+        if isinstance(slot, VecSlots):
+            return VecValue(self.emit(N.LocalLoad(s)) for s in slot.slots)
+        return self.emit(N.LocalLoad(slot)) if slot is not None else None
 
     def func_return(self, node):
         if not self.inline_stack:
@@ -156,6 +167,8 @@ class CallsMixin:
         v = self.visit(node.value)
         if isinstance(v, tuple):
             self.error("returning a tuple is only supported from a single final return statement")
+        if isinstance(v, VecValue) or isinstance(self.return_slot, VecSlots):
+            return self.vector_return(v)
         slot = self.return_slot
         if slot is None:
             v = self.typed(v)
@@ -175,6 +188,8 @@ class CallsMixin:
         retype the slot and convert the values the earlier returns stored."""
         slot.dtype = dtype
         for block, store in self.return_stores:
+            if store.slot is not slot:
+                continue   # another component of a vector return
             conv = N.Compute(Op.CAST, (store.value,), dtype)
             conv.loc = store.loc
             block.stmts.insert(block.stmts.index(store), conv)

@@ -254,6 +254,9 @@ class _Lowerer:
         f.emit_void(Op.OpStore, var, f.emit(Op.OpIAdd, i32, f.emit(Op.OpLoad, i32, var), self.i32c(s.step)))
         f.emit_void(Op.OpBranch, header)
         self.begin(merge)
+        if self.mem.lay.loop_check:
+            unfinished = self.emit(cmp, T.u1, f.emit(Op.OpLoad, i32, var), self.value(s.end))
+            self.check_loop_exit(s, unfinished)
 
     def lower_While(self, s):
         f = self.f
@@ -268,6 +271,27 @@ class _Lowerer:
         self.begin(merge)
         if not broken:   # no Break: the loop never ends, so its merge block is unreachable
             f.emit_void(Op.OpUnreachable)
+        elif self.mem.lay.loop_check:
+            self.check_loop_exit(s, None)
+
+    def check_loop_exit(self, loop, unfinished):
+        """After a loop: flag it when it ended although neither its bound nor its exit flag says so.
+        lavapipe (gallivm) silently stops all loops of an invocation after 65,535 iterations in total."""
+        stmts = loop.body.stmts   # the exit flag is the slot of the body's opening `if brk: break`
+        flag = stmts[0].slot if _starts_with_exit_check(stmts) else None
+        if flag is None and unfinished is None:
+            return
+        cut = unfinished
+        if flag is not None:
+            running = self.emit(Op.OpLogicalNot, T.u1, self.emit(Op.OpLoad, T.u1, self.locals[flag]))
+            cut = running if cut is None else self.emit(Op.OpLogicalAnd, T.u1, cut, running)
+        f, hit, done = self.f, self.f.new_label(), self.f.new_label()
+        f.emit_void(Op.OpSelectionMerge, done, SelectionControl.NONE)
+        f.emit_void(Op.OpBranchConditional, cut, hit, done)
+        self.begin(hit)
+        self.mem.flag_loop_cut()
+        f.emit_void(Op.OpBranch, done)
+        self.begin(done)
 
     def loop_body(self, label, body, cont, merge):
         """Lower a loop body starting at `label`; returns whether a Break left the loop."""

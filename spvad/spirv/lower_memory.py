@@ -36,10 +36,16 @@ class Layout:
     homes: tuple = ()                                 # home of each adstack ("function" / "buffer")
     adjoint_stacks: set = field(default_factory=set)  # adstacks that need an adjoint array
     heap: object = None                               # StackHeap when some stack lives in the buffer
+    loop_check: bool = False                          # flag loops the driver cut short (see lower.py)
 
     @property
     def flag_binding(self):
-        return len(self.bindings) if self.adstacks else None
+        return len(self.bindings) if self.adstacks or self.loop_check else None
+
+    @property
+    def loop_cut_word(self):
+        """Flag word set when a loop ended before its exit condition held (after the depth words)."""
+        return N.FLAG_WORDS_HEADER + len(self.adstacks)
 
 
 def needs_cas(s, features):
@@ -57,6 +63,8 @@ def plan_layout(kernel, task, features, homes=None):
     if len(lay.homes) != len(lay.adstacks) or not set(lay.homes) <= set(HOMES):
         raise ValueError(f"task {task.name}: homes {lay.homes!r} for {len(lay.adstacks)} adstacks")
     lay.adjoint_stacks = stacks_with_adjoint(task)
+    lay.loop_check = bool(features.get("loop_iteration_cap")) and any(
+        isinstance(s, (N.RangeFor, N.While)) for s in N.walk(task.body))
     scalars, shapes = set(), set()
     for s in list(N.walk(task.header)) + list(N.walk(task.body)):
         if isinstance(s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)):
@@ -111,7 +119,7 @@ class Memory:
             elem = self.word_type(a.dtype) if key in layout.word_view else L.storage_ty(a.dtype)
             suffix = "" if key[1] == "primal" else "." + key[1]
             self.buffers[key] = (self.buffer_variable(elem, binding, a.name + suffix), elem)
-        if layout.adstacks:
+        if layout.flag_binding is not None:
             self.flag = self.buffer_variable(self.u32, layout.flag_binding, "adstack_flags")
         if layout.heap is not None:
             self.heap = self.buffer_variable(self.u32, layout.heap.binding, "adstack_heap")
@@ -237,6 +245,13 @@ class Memory:
         f.emit_void(Op.OpBranch, header)
         L.begin(merge)
         return old
+
+    def flag_loop_cut(self):
+        """Record that a loop stopped before its exit condition held (lavapipe's iteration cap)."""
+        L = self.L
+        word_t = L.m.type_pointer(StorageClass.StorageBuffer, self.u32)
+        word = L.f.emit(Op.OpAccessChain, word_t, self.flag, L.i32c(0), L.i32c(self.lay.loop_cut_word))
+        L.f.emit(Op.OpAtomicOr, self.u32, word, self.scope, self.relaxed, L.u32c(1))
 
     # ---- adstack overflow (the stacks themselves are in lower_adstack.py) ----
     def flag_overflow(self, k, depth):

@@ -238,6 +238,13 @@ def test_long_loops_need_no_setting(steps, home, rng, monkeypatch):
     cnt = np.array([steps, steps // 2, 1, steps - 1], np.int32)
     x, w = rng.uniform(0.5, 1.5, 4).astype(np.float32), rng.uniform(0.5, 1.5, 4).astype(np.float32)
     t0 = time.perf_counter()
+    if runtime.get().device.info["device_type"] == "cpu" and 2 * steps > LAVAPIPE_LOOP_LIMIT:
+        # lavapipe ends loops after 65,535 iterations per invocation (forward + reverse replay here):
+        # the kernels detect it and the error says so, instead of a silently wrong gradient
+        with pytest.raises(sp.DeviceError, match="stopped a loop"):
+            gradients(flow, [x, w, cnt, np.zeros(4, np.float32)], 3, [0, 1], monkeypatch)
+        assert time.perf_counter() - t0 < 10.0
+        return
     (gx, gw), dev = gradients(flow, [x, w, cnt, np.zeros(4, np.float32)], 3, [0, 1], monkeypatch)
     elapsed = time.perf_counter() - t0
     ct = compiled_task(flow, *dev)
@@ -246,8 +253,6 @@ def test_long_loops_need_no_setting(steps, home, rng, monkeypatch):
         assert ct.homes(runtime.get(), ct.last_spec) == (home,)
     assert (home,) in ct.variants
     assert elapsed < 10.0, f"{steps} steps took {elapsed:.1f} s (the Function home would compile for minutes)"
-    if info["device_type"] == "cpu" and 2 * steps > LAVAPIPE_LOOP_LIMIT:
-        pytest.xfail(f"lavapipe cuts loops short after {LAVAPIPE_LOOP_LIMIT} iterations per invocation")
     assert min(ct.capacity(s) for s in ct.lowered.adstacks) >= steps
     rx, rw = flow_grad_ref(x, w, cnt)
     np.testing.assert_allclose(gx, rx, rtol=2e-3, atol=1e-4)

@@ -24,6 +24,7 @@ EXT_DEBUG_UTILS = "VK_EXT_debug_utils"
 EXT_PORTABILITY_ENUM = "VK_KHR_portability_enumeration"
 EXT_PORTABILITY_SUBSET = "VK_KHR_portability_subset"
 EXT_ATOMIC_FLOAT = "VK_EXT_shader_atomic_float"
+LLVMPIPE, LLVMPIPE_LOOP_LIMIT = "llvmpipe", 65535
 DEVICE_TYPES = {lib.VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: "discrete_gpu",
                 lib.VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: "integrated_gpu",
                 lib.VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: "virtual_gpu",
@@ -192,6 +193,9 @@ class VulkanDevice(ProgramMixin, Device):
             "atomic_float32_add": bool(atomic is not None and atomic.shaderBufferFloat32AtomicAdd),
             "int64_atomics": bool(int64_atomic is not None and int64_atomic.shaderBufferInt64Atomics
                                   and feats.features.shaderInt64),
+            # llvmpipe (gallivm) silently ends every loop of an invocation after 65,535 iterations in total
+            # (LP_MAX_TGSI_LOOP_ITERATIONS): kernels then check their loops' exits and report it at sync
+            "loop_iteration_cap": LLVMPIPE in props.deviceName,
         }
         info = {
             "backend": "vulkan", "name": props.deviceName, "driver": driver_text,
@@ -206,6 +210,7 @@ class VulkanDevice(ProgramMixin, Device):
                 "max_shared_memory_size": lim.maxComputeSharedMemorySize,
                 "max_memory_allocation_size": maint3.maxMemoryAllocationSize,
                 "subgroup_size": subgroup.subgroupSize,
+                "max_loop_iterations": LLVMPIPE_LOOP_LIMIT if LLVMPIPE in props.deviceName else 0,
             },
             "features": features,
         }
