@@ -16,6 +16,7 @@ import types
 from .types import DType
 
 FORMAT = 1
+TRUSTED_MODULES = {"spvad", "math", "numpy"}   # attributes read through these do not change between runs
 
 
 def cache_dir():
@@ -37,6 +38,8 @@ def fingerprint(fn, seen=None):
             scope[name] = cell.cell_contents
         except ValueError:
             pass
+    for default in fn.__defaults__ or ():
+        h.update(b"default=" + _describe(default, seen).encode() + b";")
     for name in sorted(names):
         if name not in scope:
             continue
@@ -62,43 +65,142 @@ def _describe(obj, seen):
         return f"ndarray:{obj.dtype}:{obj.ndim}:{obj.grad is not None}:{obj.dual is not None}"
     if isinstance(obj, (bool, int, float, str, type(None))):
         return f"{type(obj).__name__}:{obj!r}"
-    if isinstance(obj, DType):
-        return f"dtype:{obj.name}"
+    if isinstance(obj, DType) or type(obj).__name__ == "Vector":
+        return f"dtype:{obj!r}"
+    if hasattr(obj, "__array__") and getattr(obj, "size", 1 << 20) <= 64:   # small numpy constants
+        import numpy as np
+        a = np.asarray(obj)
+        return f"array:{a.dtype}:{a.shape}:{a.tobytes().hex()}"
     if isinstance(obj, types.ModuleType):
+        if obj.__name__.split(".")[0] not in TRUSTED_MODULES:
+            raise Uncacheable(obj.__name__)   # `mod.CONST` could change without this key seeing it
         return f"module:{obj.__name__}"
     if isinstance(obj, tuple) and all(isinstance(x, (bool, int, float)) for x in obj):
         return f"tuple:{obj!r}"
-    return f"object:{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+    builtin = getattr(obj, "_spvad_builtin", None)
+    if builtin is not None:
+        return f"builtin:{builtin}"
+    if isinstance(obj, (types.BuiltinFunctionType, type)):   # abs, min, range, float, sp.Array, ...
+        return f"object:{obj.__module__}.{obj.__qualname__}"
+    if isinstance(obj, types.FunctionType):
+        return f"function:{obj.__module__}.{obj.__qualname__}:{hashlib.sha256(marshal.dumps(obj.__code__)).hexdigest()}"
+    raise Uncacheable(type(obj).__name__)   # something we cannot describe: never risk a stale entry
+
+
+class Uncacheable(Exception):
+    """A kernel reads a global this cache cannot fingerprint; it is compiled every process."""
+
+
+_package_hash = None
+
+
+def package_hash():
+    """Hash of spvad's own source files: a changed compiler never reuses old entries."""
+    global _package_hash
+    if _package_hash is None:
+        h = hashlib.sha256()
+        root = os.path.dirname(os.path.abspath(__file__))
+        for folder, dirs, files in sorted(os.walk(root)):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    with open(os.path.join(folder, name), "rb") as f:
+                        h.update(name.encode() + f.read())
+        _package_hash = h.hexdigest()
+    return _package_hash
 
 
 def entry_key(kobj, spec_key, extra):
+    """The cache key, or None when the kernel cannot be fingerprinted safely."""
+    try:
+        fp = fingerprint(kobj.fn)
+    except Uncacheable:
+        return None
     h = hashlib.sha256()
-    h.update(f"spvad-cache-{FORMAT}".encode())
-    h.update(fingerprint(kobj.fn).encode())
+    h.update(f"spvad-cache-{FORMAT}-{package_hash()}".encode())
+    h.update(fp.encode())
     h.update(repr((spec_key, extra)).encode())
     return h.hexdigest()
 
 
 def load(key):
     d = cache_dir()
-    if d is None:
+    if d is None or key is None:
         return None
     try:
         with open(os.path.join(d, key + ".pkl"), "rb") as f:
-            return pickle.load(f)
+            return f.read()
     except Exception:   # missing, truncated or from another version: recompile
         return None
 
 
-def store(key, value):
+def store(key, data):
     d = cache_dir()
-    if d is None:
+    if d is None or key is None:
         return
     try:
         os.makedirs(d, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
-            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+            f.write(data)
         os.replace(tmp, os.path.join(d, key + ".pkl"))   # atomic: concurrent processes never see half a file
     except Exception:
         pass   # the cache is an optimisation; never fail a launch because of it
+
+
+# ---- compiled kernels ------------------------------------------------------------------------------------
+_TRANSIENT = ("_threads", "last_spec")   # per-runtime state of a CompiledTask, never stored
+
+
+def store_compiled(key, ck):
+    """Store a CompiledKernel; captured ndarrays are stored by name and looked up again on load."""
+    if cache_dir() is None or key is None:
+        return
+    captured = [(param, param.name) for param, _ in ck.captured]
+    tasks = []
+    for ct in ck.tasks:
+        state = {k: v for k, v in vars(ct).items() if k not in _TRANSIENT}
+        tasks.append(state)
+    try:
+        payload = pickle.dumps((ck.ir, ck.param_bindings, captured, tasks, ck.check_plan),
+                               protocol=pickle.HIGHEST_PROTOCOL)
+    except (RecursionError, pickle.PicklingError, TypeError, AttributeError):
+        return   # an IR too deep or unusual to pickle: just not cached
+    store(key, payload)
+
+
+def load_compiled(key, kobj, rt):
+    payload = load(key)
+    if payload is None:
+        return None
+    from .compiler import CompiledKernel, CompiledTask
+    from .spirv import tools
+    try:
+        ir, bindings, captured, tasks, plan = pickle.loads(payload)
+    except Exception:
+        return None
+    objs = []
+    for param, name in captured:   # the same global names must still hold matching ndarrays
+        obj = _lookup(kobj.fn, name)
+        if not getattr(obj, "_spvad_ndarray", False) or obj._runtime is not rt or obj.dtype != param.dtype:
+            return None
+        objs.append((param, obj))
+    cts = []
+    for state in tasks:
+        ct = CompiledTask.__new__(CompiledTask)
+        vars(ct).update(state)
+        cts.append(ct)
+    if rt.validate_spirv:   # every module handed to the driver is validated when validation is on
+        for ct in cts:
+            tools.validate(ct.lowered.spirv, kernel_name=f"{kobj.name} ({ct.task.name}, cached)")
+    return CompiledKernel(ir, bindings, objs, cts, plan)
+
+
+def _lookup(fn, name):
+    for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        if var == name:
+            try:
+                return cell.cell_contents
+            except ValueError:
+                return None
+    return fn.__globals__.get(name)

@@ -15,6 +15,7 @@ from .errors import AdStackOverflowError, DeviceError, DeviceError, SpvadError
 from .ir import nodes as N
 from .ir import simplify, verify
 from .ir.frontend import build_kernel
+from .ir.interp import eval_num_threads
 from .spirv import tools
 from .spirv.lower import lower_task
 from .spirv.lower_adstack import FUNCTION, HOMES, choose_homes, function_budget_words, stack_shapes
@@ -36,6 +37,17 @@ class CompiledTask:
     def __post_init__(self):
         self.variants[(FUNCTION,) * len(self.lowered.adstacks)] = self.lowered
         self.stack_shapes = stack_shapes(self.task) if self.lowered.adstacks else []
+
+    def num_threads(self, scalars, shapes):
+        """Threads of a launch: the task header evaluated on the host, memoised per scalars and shapes."""
+        cache = self.__dict__.setdefault("_threads", {})
+        key = (tuple(scalars), tuple(shapes))
+        n = cache.get(key)
+        if n is None:
+            if len(cache) > 256:
+                cache.clear()
+            n = cache[key] = eval_num_threads(self.task, scalars, shapes)
+        return n
 
     @property
     def sizer(self):
@@ -235,6 +247,21 @@ def make_dual_kernel(kernel):
     return N.Kernel(kernel.name + "_fwd", kernel.arrays, kernel.scalars, tasks, kernel.filename)
 
 
+class Lowering:
+    """Lowers one task for a given stack-home assignment (validated when validation is on); picklable, so
+    compiled kernels can go to the disk cache."""
+
+    def __init__(self, kernel, task, local_size, features, validate, kernel_name):
+        self.kernel, self.task, self.local_size = kernel, task, local_size
+        self.features, self.validate, self.kernel_name = features, validate, kernel_name
+
+    def __call__(self, homes=None):
+        low = lower_task(self.kernel, self.task, local_size=self.local_size, features=self.features, homes=homes)
+        if self.validate:
+            tools.validate(low.spirv, kernel_name=f"{self.kernel_name} ({self.task.name})")
+        return low
+
+
 def compile_kernel(kobj, specs, mode, rt, target=None):
     ir, bindings, captured = build_kernel(kobj.fn, specs)
     ir = run_passes(ir, mode, rt, kobj.ad_stack_size if kobj.ad_stack_size is not None else rt.ad_stack_size)
@@ -243,11 +270,7 @@ def compile_kernel(kobj, specs, mode, rt, target=None):
     for task in ir.tasks:
         local = 1 if task.kind == "serial" else rt.device.info.get("preferred_local_size", 128)
 
-        def lower(homes=None, task=task, local=local):
-            low = lower_task(ir, task, local_size=local, features=features, homes=homes)
-            if rt.validate_spirv:
-                tools.validate(low.spirv, kernel_name=f"{kobj.name} ({task.name})")
-            return low
+        lower = Lowering(ir, task, local, features, rt.validate_spirv, kobj.name)
         ct = CompiledTask(task, lower(), kobj.name, relower=lower)
         count = getattr(task, "count_kernel", None)
         if count is not None:

@@ -3,12 +3,11 @@ import functools
 import inspect
 import struct
 
-from . import runtime
+from . import cache, runtime
 from . import types as T
 from .compiler import compile_kernel
 from .errors import ArgumentError
 from .ir.frontend import ArraySpec, VectorArgSpec
-from .ir.interp import eval_num_threads
 from .ir.source import FunctionSource
 from .lang import Array
 
@@ -143,7 +142,13 @@ class Kernel:
                tuple(sorted(target.items())) if target else None, rt.serial)
         ck = self._cache.get(key)
         if ck is None:
-            ck = compile_kernel(self, specs, grad_mode, rt, target)
+            features = target or rt.device.info["features"]
+            disk_key = cache.entry_key(self, key[:-1], (sorted(features.items()), rt.device.info.get(
+                "preferred_local_size", 128), rt.debug))
+            ck = cache.load_compiled(disk_key, self, rt)
+            if ck is None:
+                ck = compile_kernel(self, specs, grad_mode, rt, target)
+                cache.store_compiled(disk_key, ck)
             self._cache[key] = ck
         return ck
 
@@ -228,7 +233,7 @@ def launch(ck, arrays, scalars, extra=()):
     arrays = arrays + [obj for _, obj in ck.captured] + list(extra)
     shapes = [a.storage_shape for a in arrays]   # vector ndarrays add a trailing axis
     for ct in ck.tasks:
-        n = eval_num_threads(ct.task, scalars, shapes)
+        n = ct.num_threads(scalars, shapes)
         if n <= 0:
             continue
         spec = ct.spec_constants(scalars, shapes, n)

@@ -1,8 +1,12 @@
 """Suite-wide set-up: Vulkan validation on (incl. sync validation), and no validation message may pass."""
 import os
 
+import tempfile  # noqa: E402
+
 os.environ.setdefault("SPVAD_VALIDATION", "1")
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+# the on-disk compile cache works during tests too, in a fresh folder (never the user's ~/.cache)
+os.environ["SPVAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="spvad-test-cache-")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

@@ -1117,6 +1117,26 @@ case("reset_in_loop", reset_in_loop, reset_in_loop_ref,
 
 
 @sp.kernel
+def vector_carried(x: sp.Array, w: sp.Array, y: sp.Array, n: sp.i32):
+    for i in range(x.shape[0]):
+        p = sp.vec2(x[i], w[i])
+        for k in range(n):
+            p = p + 0.1 * sp.vec2(-p[1], p[0]) * w[i]   # a loop-carried vector (rotation steps)
+        y[i] = p[0] * p[1] + sp.length(p)
+
+
+def vector_carried_ref(x, w, y, n):
+    for i in range(len(x)):
+        a, b = x[i], w[i]
+        for _ in range(n):
+            a, b = a - 0.1 * b * w[i], b + 0.1 * a * w[i]
+        y[i] = a * b + math.hypot(a, b)
+
+
+case("vector_carried", vector_carried, vector_carried_ref, lambda r: [rand(r, N), rand(r, N), zeros(), 5], [2], [0, 1])
+
+
+@sp.kernel
 def atomic_call_in_loop(x: sp.Array, loss: sp.Array, n: sp.i32):
     for i in range(x.shape[0]):
         v = x[i]
