@@ -160,11 +160,13 @@ class Kernel:
             mode.prepare(self.arrays_of(args))
             return self.fwd(*args)
         specs, arrays, scalars = self._bind(args)
+        ck = self._compiled(specs)
         if tape.validating():
             self._checked_launch(specs, arrays, scalars)
         else:
-            launch(self._compiled(specs), arrays, scalars)
-        tape.record(self, args)
+            launch(ck, arrays, scalars)
+        if tape.recording():
+            tape.record(self, args, (specs, arrays, scalars), arrays + [obj for _, obj in ck.captured])
 
     def _checked_launch(self, specs, arrays, scalars):
         """Run the instrumented variant that detects a read element being overwritten (debug only)."""
@@ -188,7 +190,10 @@ class Kernel:
 
     def grad(self, *args):
         """Launch the reverse-mode derivative: reads the outputs' .grad, accumulates into the inputs' .grad."""
-        specs, arrays, scalars = self._bind(args)
+        self.grad_bound(*self._bind(args))
+
+    def grad_bound(self, specs, arrays, scalars):
+        """`grad` with arguments already checked (a Tape replaying what it recorded)."""
         launch(self._compiled(specs, "reverse"), arrays, scalars)
 
     def arrays_of(self, args):

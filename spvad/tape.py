@@ -15,9 +15,13 @@ def validating():
     return bool(_active) and _active[-1].validation and not _active[-1].inside_custom and runtime.get().debug
 
 
-def record(kernel, args):
+def recording():
+    return bool(_active)
+
+
+def record(kernel, args, bound, arrays):
     if _active:
-        _active[-1].record(kernel, args)
+        _active[-1].record(kernel, args, bound, arrays)
 
 
 class Tape:
@@ -33,15 +37,15 @@ class Tape:
             if loss.size != 1:
                 raise ArgumentError(f"Tape(loss=...): the loss must hold a single element, got shape {loss.shape}")
         self.loss, self.validation = loss, validation
-        self.launches = []        # (kernel, args) or (CustomGradient, (args, kwargs))
+        self.launches = []        # (kernel, checked arguments) or (CustomGradient, (args, kwargs))
         self.inside_custom = 0
-        self.custom_arrays = []
+        self.arrays = {}          # id -> every ndarray a recorded launch touched (their grads are zeroed)
 
-    def record(self, kernel, args):
-        if self.inside_custom:   # launched by a @grad_replaced function: only remember its arrays
-            self.custom_arrays.extend(kernel.arrays_of(args))
-            return
-        self.launches.append((kernel, args))
+    def record(self, kernel, args, bound, arrays):
+        for a in arrays:
+            self.arrays[id(a)] = a
+        if not self.inside_custom:   # launches inside a @grad_replaced function only count for zeroing
+            self.launches.append((kernel, bound))
 
     def __enter__(self):
         _active.append(self)
@@ -55,23 +59,16 @@ class Tape:
         return False
 
     def backward(self):
-        seen = {}
-        arrays = list(self.custom_arrays)
-        for kernel, args in self.launches:
-            if not isinstance(kernel, CustomGradient):
-                arrays += kernel.arrays_of(args)
-        for a in arrays:
+        for a in self.arrays.values():
             if a.grad is not None:
-                seen[id(a)] = a
-        for a in seen.values():
-            a.grad.fill(0)
+                a.grad.fill(0)
         if self.loss is not None:
             self.loss.grad.fill(1)
         for kernel, args in reversed(self.launches):
             if isinstance(kernel, CustomGradient):
                 kernel.backward(*args)
             else:
-                kernel.grad(*args)
+                kernel.grad_bound(*args)
         runtime.sync()
 
 
