@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .autodiff.adstack import round_up_pow2
 from .autodiff.forward import forward_task
 from .autodiff.reverse import reverse_task
 from .autodiff.loop_exits import eliminate_loop_exits as _loop_exits_of_task
@@ -170,7 +171,7 @@ class CompiledTask:
                               f"measuring adstack depths ({rt.device.info['name']} runs at most "
                               f"{rt.device.info['limits'].get('max_loop_iterations')} loop iterations per "
                               "thread); split the loop across launches or threads")
-        return {sid: _bucket(int(view[sid])) for sid in self.sizer.measured}
+        return {sid: round_up_pow2(int(view[sid])) for sid in self.sizer.measured}
 
     def capacity(self, stack):
         spec = getattr(self, "last_spec", None) or {}
@@ -184,9 +185,6 @@ class _Counters:
         self.buffer = buffer
 
 
-def _bucket(depth):
-    """Measured depths round up to a power of two, so nearby depths share one pipeline."""
-    return 1 << max(0, depth - 1).bit_length()
 
 
 @dataclass(eq=False)

@@ -780,3 +780,20 @@ def test_specialisation_per_dtype_and_ndim_and_cache(monkeypatch):
     t = sp.ndarray(sp.i32, ())
     total_all(sp.from_numpy(a2.astype(np.int32)), t)
     assert t[None] == 78 and len(compiles) == 1 and len(total_all._cache) == 3
+
+
+@sp.kernel
+def count_up_serial(n: sp.i32, out: sp.Array):
+    k = 0
+    total = 0.0
+    while k < n:
+        k += 1
+        total = total + k * 0.5
+    out[None] = total
+
+
+def test_top_level_variables_assigned_again_stay_variables():
+    """`k = 0` at the top of a serial task is a variable when assigned again, not a constant."""
+    out = sp.ndarray(sp.f32, ())
+    count_up_serial(7, out)
+    assert out[None] == sum(k * 0.5 for k in range(1, 8))

@@ -20,6 +20,10 @@ class Unbounded(Exception):
     """No bound can be derived (data-dependent loop, while loop)."""
 
 
+def round_up_pow2(depth):
+    return 1 << max(0, depth - 1).bit_length()
+
+
 class _Ones:
     """A stand-in for launch values (every scalar and every extent is 1) to test boundedness early."""
 
@@ -93,8 +97,10 @@ class StackSizer:
 
     # ---- launch-time sizing ----
     def spec_constants(self, scalars, shapes, num_threads):
+        """Capacities of the launch-sized stacks, rounded up to powers of two so that launches with
+        nearby sizes share one pipeline (and one lavapipe compile)."""
         env = (scalars, shapes, num_threads)
-        return {sid: max(1, self.max_trips(loop, env)) for sid, loop in self.launch_bounds.items()}
+        return {sid: round_up_pow2(self.max_trips(loop, env)) for sid, loop in self.launch_bounds.items()}
 
     def max_trips(self, loop, env):
         if isinstance(loop, N.While):

@@ -110,6 +110,16 @@ class KernelBuilder(CallsMixin, VectorsMixin, Emitter, ast.NodeVisitor):
                 scope.names[a.arg] = p
         self.scope = scope
         body = self.src.body_without_docstring()
+        # names assigned somewhere other than a plain top-level `name = expr` (inside loops or ifs, or by
+        # augmented assignment): those are variables, never lazily re-evaluated expressions
+        top_level = {id(t) for st in body if isinstance(st, ast.Assign) for t in st.targets}
+        self.variables = set()
+        for node in ast.walk(self.src.tree):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, (ast.AugAssign, ast.AnnAssign, ast.For)) else []
+            for t in targets:
+                if id(t) not in top_level:
+                    self.variables |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
         serial = []
         for stmt in body:
             if isinstance(stmt, ast.For) and not self.is_static_iter(stmt.iter):
@@ -157,6 +167,8 @@ class KernelBuilder(CallsMixin, VectorsMixin, Emitter, ast.NodeVisitor):
         names = [e.id for e in target.elts if isinstance(e, ast.Name)] if unpack else [getattr(target, "id", None)]
         if None in names or (unpack and len(names) != len(target.elts)):
             return False
+        if any(n in self.variables for n in names):
+            return False   # assigned again in a loop or if (`acc = 0.0` ... `acc = acc + x[k]`): a local
         scratch = N.Block()
         saved, self.block = self.block, scratch
         try:

@@ -88,3 +88,14 @@ def check_grad(kernel, ref, args, outs, wrt, rng, rtol=1e-4, fwd_rtol=1e-4, eps=
         assert np.any(fd != 0), f"test is vacuous: zero gradient w.r.t. argument {k}"
         assert_close(dev[k].grad.to_numpy(), fd, rtol, f"gradient w.r.t. argument {k} of {kernel.name}")
     return dev
+
+
+def check_case(case, rng):
+    """One row of a gradient table: (kernel, reference, make_args(rng), outputs, inputs to differentiate)."""
+    kernel, ref, make_args, outs, wrt = case
+    args = make_args(rng)
+    if any(getattr(a, "dtype", None) == np.float64 for a in args) and \
+            not sp.device_info()["features"].get("float64"):
+        import pytest
+        pytest.skip("device has no float64")
+    return check_grad(kernel, ref, args, outs, wrt, rng)
