@@ -130,10 +130,26 @@ class Activity:
         return slots
 
     def slots_read_in(self, construct):
-        """Needed slots that a replay of `construct` reads (what its snapshot must hold)."""
+        """Needed slots that a replay of `construct` reads before writing them: what its snapshot must
+        hold. A loop's own exit flag is left out (it is False whenever an iteration starts; the replay
+        restores it to False), and so is any slot the body assigns before reading (temporaries, `cont`)."""
+        flag = getattr(construct, "exit_flag", None)
         read = []
         for b in construct.blocks():
-            for s in N.walk(b):
-                if isinstance(s, N.LocalLoad) and s.slot in self.needed_slots and s.slot not in read:
-                    read.append(s.slot)
+            stmts = b.stmts[2:] if flag is not None else b.stmts   # the replay skips `if brk: break`
+            for slot in _read_before_written(stmts):
+                if slot in self.needed_slots and slot is not flag and slot not in read:
+                    read.append(slot)
         return read
+
+
+def _read_before_written(stmts):
+    """Slots some statement loads before a top-level store of this block assigns them, in order."""
+    written, out = set(), []
+    for s in stmts:
+        for t in [s, *(x for b in s.blocks() for x in N.walk(b))]:
+            if isinstance(t, N.LocalLoad) and t.slot not in written and t.slot not in out:
+                out.append(t.slot)
+        if isinstance(s, N.LocalStore):
+            written.add(s.slot)
+    return out

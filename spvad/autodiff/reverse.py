@@ -276,6 +276,8 @@ class _Reverser(Emitter):
             m1 = dict(m)
             if isinstance(s, N.RangeFor):
                 m1[s] = self.compute(Op.ADD, m[s.begin], self.compute(Op.MUL, j, self.const(s.step)))
+            if getattr(s, "exit_flag", None) is not None:   # every iteration that ran started with it False
+                self.emit(N.LocalStore(self.slots[s.exit_flag], self.const(False)))
             self.restore_snapshot(s)
             stmts = s.body.stmts[2:] if getattr(s, "exit_flag", None) is not None else s.body.stmts
             self.replay_and_reverse(stmts, m1)
