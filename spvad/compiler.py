@@ -200,8 +200,9 @@ def run_passes(kernel, mode, rt, ad_stack_size):
     """The pass pipeline, in order. The IR is verified after every pass in tests and debug runs."""
     check = rt.debug or rt.validate_spirv
     steps = [simplify.simplify, eliminate_loop_exits]
-    if mode == "reverse":
-        steps += [lambda k: make_reverse_kernel(k, ad_stack_size), simplify.simplify]
+    if mode in ("reverse", "reverse-aliased"):
+        private = mode == "reverse"
+        steps += [lambda k: make_reverse_kernel(k, ad_stack_size, private), simplify.simplify]
     elif mode == "dual":
         steps += [make_dual_kernel, simplify.simplify]
     elif mode == "checked":
@@ -225,10 +226,11 @@ def _keep_plan(result, plan):
     return kernel
 
 
-def make_reverse_kernel(kernel, ad_stack_size):
-    """The gradient kernel: each task's gradient task, in reverse task order."""
+def make_reverse_kernel(kernel, ad_stack_size, thread_private=True):
+    """The gradient kernel: each task's gradient task, in reverse task order. `thread_private`: plain
+    (non-atomic) gradient updates are allowed where indices differ per thread (no aliased arguments)."""
     opts = {"ad_stack_size": ad_stack_size}
-    grads = [reverse_task(kernel, t, opts) for t in kernel.tasks]
+    grads = [reverse_task(kernel, t, opts, thread_private) for t in kernel.tasks]
     tasks = [g for g in reversed(grads) if g is not None]
     return N.Kernel(kernel.name + "_grad", kernel.arrays, kernel.scalars, tasks, kernel.filename)
 

@@ -194,7 +194,10 @@ class Kernel:
 
     def grad_bound(self, specs, arrays, scalars):
         """`grad` with arguments already checked (a Tape replaying what it recorded)."""
-        launch(self._compiled(specs, "reverse"), arrays, scalars)
+        everything = arrays + [obj for _, obj in self._compiled(specs).captured]
+        # one ndarray bound to two parameters: per-thread gradient updates could race, keep atomics
+        aliased = len({id(a) for a in everything}) < len(everything)
+        launch(self._compiled(specs, "reverse-aliased" if aliased else "reverse"), arrays, scalars)
 
     def arrays_of(self, args):
         """The ndarrays a launch with `args` touches, captured globals included."""

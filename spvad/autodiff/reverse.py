@@ -23,11 +23,11 @@ from .loop_exits import eliminate_loop_exits
 from .rules import partials
 
 
-def reverse_task(kernel, task, sizer_options):
+def reverse_task(kernel, task, sizer_options, thread_private=True):
     """Returns the gradient Task of `task`, or None when it has no reverse work."""
     _check_differentiable(kernel, task)
     eliminate_loop_exits(task)
-    grad = _Reverser(kernel, task, sizer_options).run()
+    grad = _Reverser(kernel, task, sizer_options, thread_private).run()
     if grad is not None and grad.stack_sizes.measured:
         grad.count_kernel = build_count_kernel(kernel, task, grad.stack_sizes.measured)
     return grad
@@ -46,7 +46,7 @@ def _check_differentiable(kernel, task):
 
 
 class _Reverser(Emitter):
-    def __init__(self, kernel, task, sizer_options):
+    def __init__(self, kernel, task, sizer_options, thread_private=True):
         super().__init__()
         self.kernel, self.task = kernel, task
         self.act = Activity(task)
@@ -57,6 +57,7 @@ class _Reverser(Emitter):
         self.trips = {}        # loop -> Alloca counting its iterations in the latest replay
         self.snapshots = {}    # construct -> [(slot, AdStackAlloca)]
         self.flushes = {}      # construct -> {(array, indices): accumulator Alloca} (see _load_scope)
+        self.thread_private = _thread_private_arrays(task) if thread_private else set()
 
     def run(self):
         if not self.act.rev_work:
@@ -200,7 +201,7 @@ class _Reverser(Emitter):
                 g = self.take_adjoint(s)
                 scope = self._load_scope(s)
                 if scope is None:
-                    self.emit(N.AtomicRMW("add", s.array, tuple(m[i] for i in s.indices), g, "grad"))
+                    self.add_to_grad(s.array, s.indices, g, m)
                 else:   # sum locally, one atomic add after the construct (not one per iteration)
                     acc = self.flushes.setdefault(scope, {}).get((s.array, s.indices))
                     if acc is None:
@@ -249,11 +250,21 @@ class _Reverser(Emitter):
                     return None
         return scope
 
+    def add_to_grad(self, array, indices, g, m):
+        """x.grad[idx] += g: atomic, unless every access to x in this task is at the same index, one that
+        differs per thread (then no other thread can touch that element: a plain read-add-write)."""
+        idx = tuple(m[i] for i in indices)
+        if array in self.thread_private:
+            old = self.emit(N.GlobalLoad(array, idx, "grad"))
+            self.emit(N.GlobalStore(array, idx, self.compute(Op.ADD, old, g), "grad"))
+        else:
+            self.emit(N.AtomicRMW("add", array, idx, g, "grad"))
+
     def flush_loads(self, construct, m):
         for (array, indices), acc in self.flushes.get(construct, {}).items():
             g = self.emit(N.LocalLoad(acc))
             self.emit(N.LocalStore(acc, self.const(0.0, acc.dtype)))
-            self.emit(N.AtomicRMW("add", array, tuple(m[i] for i in indices), g, "grad"))
+            self.add_to_grad(array, indices, g, m)
 
     def replay_and_reverse(self, stmts, m):
         self.fwd(stmts, m, snap=True)
@@ -283,3 +294,38 @@ class _Reverser(Emitter):
             self.replay_and_reverse(stmts, m1)
             self.pop_snapshot(s)
         self.in_block(back.body, body)
+
+
+def _thread_private_arrays(task):
+    """Arrays whose every access in a parallel task uses one index tuple that is injective in the thread
+    index (e.g. `x[i]` with `i` the parallel loop index): their gradients need no atomics."""
+    if task.kind != "parallel":
+        return set()
+    seen = {}
+    for s in N.walk(task.body):
+        if isinstance(s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)):
+            seen.setdefault(s.array, set()).add(s.indices)
+    return {a for a, forms in seen.items()
+            if len(forms) == 1 and any(_injective_in_thread(i) for i in next(iter(forms)))}
+
+
+def _injective_in_thread(v):
+    """v = ThreadIndex, or v = w + u / w - u / w * c with w injective, u the same for every thread, c != 0."""
+    if isinstance(v, N.ThreadIndex):
+        return True
+    if not isinstance(v, N.Compute):
+        return False
+    if v.op is Op.CAST and v.args[0].dtype.is_int and v.dtype.is_int:
+        return _injective_in_thread(v.args[0])
+    if v.op in (Op.ADD, Op.SUB) or (v.op is Op.MUL and any(isinstance(a, N.Const) and a.value for a in v.args)):
+        a, b = v.args
+        return (_injective_in_thread(a) and _uniform(b)) or (v.op is not Op.SUB and _injective_in_thread(b)
+                                                              and _uniform(a))
+    return False
+
+
+def _uniform(v):
+    """The same value in every thread (built from constants, scalar arguments and shapes)."""
+    if isinstance(v, (N.Const, N.ScalarArg, N.ArrayShape)):
+        return True
+    return isinstance(v, N.Compute) and all(_uniform(a) for a in v.args)
