@@ -10,6 +10,9 @@ from .errors import ArgumentError
 from .ir.frontend import ArraySpec, VectorArgSpec
 from .ir.source import FunctionSource
 from .lang import Array
+from .spirv.lower import LOCAL_SIZE_SPEC_ID
+
+NARROW_GROUP, SMALL_LAUNCH = 64, 256
 
 
 class Func:
@@ -254,17 +257,23 @@ def launch(ck, arrays, scalars, extra=()):
             extra_buffers.append(ct.flag_buffer(rt))
         if low.stack_heap is not None:
             extra_buffers.append(ct.stack_heap(rt, low, spec, n))
-        dispatch(rt, low, ct.pipeline(rt, spec, low), arrays, scalars, shapes, n, extra_buffers)
+        local = low.local_size
+        if LOCAL_SIZE_SPEC_ID in low.spec_ids and n <= SMALL_LAUNCH:
+            # a narrow group for a small launch (lavapipe runs every lane of a group); one narrow width
+            # only, so a kernel compiles at most two pipelines
+            local = min(local, NARROW_GROUP)
+            spec = {**(spec or {}), LOCAL_SIZE_SPEC_ID: local}
+        dispatch(rt, low, ct.pipeline(rt, spec, low), arrays, scalars, shapes, n, extra_buffers, local)
         ct.after_launch(rt, spec)
 
 
-def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=()):
+def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=(), local=None):
     """Record one dispatch of a lowered task over `n` threads (launches past 65,535 groups fold into 2-D)."""
     buffers = [_buffer(arrays[ai], field) for ai, field in low.bindings] + list(extra_buffers)
     push = b""
     if low.push_size:
         push = struct.pack(low.push_format, *[_push_value(f, scalars, shapes) for f in low.push_fields])
-    groups = -(-n // low.local_size)
+    groups = -(-n // (local or low.local_size))
     gx = min(groups, rt.device.info["limits"]["max_workgroup_count"][0])
     rt.device.launch(pipeline, buffers, push, (gx, -(-groups // gx), 1))
 

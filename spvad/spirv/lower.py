@@ -16,6 +16,7 @@ from .module import Module
 from .spec import (BuiltIn, Capability, Decoration, ExecutionMode, ExecutionModel, LoopControl, Op,
                    SelectionControl, StorageClass)
 
+LOCAL_SIZE_SPEC_ID = 1000   # specialisation constant of the workgroup width (adstack capacities use 0..)
 DEFAULT_FEATURES = {"float64": True, "int64": True, "atomic_float32_add": False}
 GLSL_SET = "GLSL.std.450"
 
@@ -53,6 +54,7 @@ def lower_task(kernel, task, *, local_size=128, features=None, homes=None):
 class _Lowerer:
     def __init__(self, kernel, task, local_size, features, homes=None):
         self.kernel, self.task, self.local_size, self.features = kernel, task, local_size, features
+        self.adaptive_local_size = task.kind == "parallel" and bool((features or {}).get("adaptive_local_size"))
         self.m = m = Module(version=(1, 3))
         m.capability(Capability.Shader)
         self.glsl_set = m.ext_inst_import(GLSL_SET)
@@ -143,6 +145,14 @@ class _Lowerer:
         m.name(f.id, "main")
         m.entry_point(ExecutionModel.GLCompute, f.id, "main", [wg_id, n_wg, local])
         m.execution_mode(f.id, ExecutionMode.LocalSize, self.local_size, 1, 1)
+        group_x = self.u32c(self.local_size)
+        if self.adaptive_local_size:
+            # The workgroup width is a specialisation constant (WorkgroupSize overrides LocalSize), so a
+            # launch of few threads can use a narrow group: lavapipe runs every lane of a group.
+            group_x = m.spec_const(u32, self.local_size, LOCAL_SIZE_SPEC_ID)
+            self.spec_ids[LOCAL_SIZE_SPEC_ID] = (self.local_size, group_x)
+            size = m.spec_const_composite(uvec3, [group_x, self.u32c(1), self.u32c(1)])
+            m.decorate(size, Decoration.BuiltIn, BuiltIn.WorkgroupSize)
         self.begin(f.new_label())
         self.push_values = self.mem.load_push() if lay.push_fields else {}
         # tid = (group.y * groups.x + group.x) * local_size + local index (launches fold into 2-D grids)
@@ -150,7 +160,7 @@ class _Lowerer:
         row = f.emit(Op.OpIMul, u32, f.emit(Op.OpCompositeExtract, u32, wg, 1),
                      f.emit(Op.OpCompositeExtract, u32, nwg, 0))
         group = f.emit(Op.OpIAdd, u32, row, f.emit(Op.OpCompositeExtract, u32, wg, 0))
-        tid = f.emit(Op.OpIAdd, u32, f.emit(Op.OpIMul, u32, group, self.u32c(self.local_size)),
+        tid = f.emit(Op.OpIAdd, u32, f.emit(Op.OpIMul, u32, group, group_x),
                      f.emit(Op.OpLoad, u32, local))
         self.tid = self.emit(Op.OpBitcast, T.i32, tid)
         self.adstacks.declare(tid)

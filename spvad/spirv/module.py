@@ -227,6 +227,12 @@ class Module:
         self.decorate(cid, Decoration.SpecId, spec_id)
         return cid
 
+    def spec_const_composite(self, type_id, parts):
+        """OpSpecConstantComposite (a composite whose parts may be spec constants); never de-duplicated."""
+        cid = self.new_id()
+        self._globals += instruction(Op.OpSpecConstantComposite, type_id, cid, list(parts))
+        return cid
+
     # ---- globals and functions ----
     def variable(self, ptr_type, storage_class, initializer=None):
         """Module-scope OpVariable."""

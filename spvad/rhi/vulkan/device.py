@@ -196,6 +196,9 @@ class VulkanDevice(ProgramMixin, Device):
             # llvmpipe (gallivm) silently ends every loop of an invocation after 65,535 iterations in total
             # (LP_MAX_TGSI_LOOP_ITERATIONS): kernels then check their loops' exits and report it at sync
             "loop_iteration_cap": LLVMPIPE in props.deviceName,
+            # workgroup width chosen per launch (a spec constant): lavapipe runs every lane of a group,
+            # so a 64-thread launch in a 512-wide group costs 8x its work
+            "adaptive_local_size": props.deviceType == lib.VK_PHYSICAL_DEVICE_TYPE_CPU,
         }
         info = {
             "backend": "vulkan", "name": props.deviceName, "driver": driver_text,
