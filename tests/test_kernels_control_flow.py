@@ -797,3 +797,28 @@ def test_top_level_variables_assigned_again_stay_variables():
     out = sp.ndarray(sp.f32, ())
     count_up_serial(7, out)
     assert out[None] == sum(k * 0.5 for k in range(1, 8))
+
+
+@sp.kernel
+def axpb(x: sp.Array, y: sp.Array, a: sp.f32):
+    for i in range(x.shape[0]):
+        y[i] = a * x[i] + 1.0
+
+
+def test_repeated_launches_with_the_same_and_new_arguments(rng):
+    """A launch repeated with the very same objects is replayed; any new object takes the full path."""
+    xn = rng.uniform(0.5, 1.5, 32).astype(np.float32)
+    x, y, y2 = sp.from_numpy(xn), sp.ndarray(sp.f32, 32), sp.ndarray(sp.f32, 32)
+    a = 2.5
+    for _ in range(3):
+        axpb(x, y, a)
+    np.testing.assert_allclose(y.to_numpy(), 2.5 * xn + 1.0, rtol=1e-6)
+    axpb(x, y, 3.5)
+    np.testing.assert_allclose(y.to_numpy(), 3.5 * xn + 1.0, rtol=1e-6)
+    axpb(x, y2, 3.5)
+    np.testing.assert_allclose(y2.to_numpy(), 3.5 * xn + 1.0, rtol=1e-6)
+    x.from_numpy(xn * 2)                 # new contents of the same ndarray: the replay reads them
+    axpb(x, y2, 3.5)
+    np.testing.assert_allclose(y2.to_numpy(), 3.5 * 2 * xn + 1.0, rtol=1e-6)
+    with pytest.raises(sp.SpvadError):   # a mutable 0-d array is not a scalar argument
+        axpb(x, y, np.array(1.5, np.float32))
