@@ -12,7 +12,7 @@ from .autodiff.forward import forward_task
 from .autodiff.reverse import reverse_task
 from .autodiff.loop_exits import eliminate_loop_exits as _loop_exits_of_task
 from .autodiff.validation import instrument
-from .errors import AdStackOverflowError, DeviceError, DeviceError, SpvadError
+from .errors import AdStackOverflowError, DeviceError, SpvadError
 from .ir import nodes as N
 from .ir import simplify, verify
 from .ir.frontend import build_kernel

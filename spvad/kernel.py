@@ -101,15 +101,10 @@ class Kernel:
 
     def _vector_components(self, name, vtype, value):
         """The components of a vector argument annotated `vtype` (a sequence or numpy array of n numbers)."""
-        import numpy as np
-        try:
-            arr = np.asarray(value)
-        except Exception:
-            arr = None
-        if arr is None or arr.shape != (vtype.n,) or arr.dtype.kind not in "biuf":
+        comps = T.numeric_components(value, vtype.n)
+        if comps is None:
             raise ArgumentError(f"kernel {self.name}: argument '{name}' is annotated {vtype} but got "
                                 f"{type(value).__name__} {value!r} (expected {vtype.n} numbers)")
-        comps = arr.tolist()
         for c in comps:
             if vtype.dtype.is_int and isinstance(c, float):
                 raise ArgumentError(f"kernel {self.name}: argument '{name}' is {vtype} but got float components")

@@ -130,14 +130,11 @@ class Ndarray:
     def _checked_value(self, value):
         """A scalar, or for vector ndarrays also a sequence of `width` scalars (one per component)."""
         if self.width and not isinstance(value, (bool, int, float, np.generic)):
-            try:
-                vals = np.asarray(value)
-            except Exception:
-                vals = None
-            if vals is None or vals.shape != (self.width,) or vals.dtype.kind not in "biuf":
+            comps = T.numeric_components(value, self.width)
+            if comps is None:
                 raise ArgumentError(f"{value!r} cannot be stored in a {self.dtype} ndarray (expected a scalar "
                                     f"or {self.width} components)")
-            return np.array([self._checked_scalar(v) for v in vals.tolist()], dtype=self._np_dtype)
+            return np.array([self._checked_scalar(v) for v in comps], dtype=self._np_dtype)
         return self._checked_scalar(value)
 
     def _rows(self):

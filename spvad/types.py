@@ -148,3 +148,14 @@ def fits(value, dtype):
         return lo <= int(value) <= hi
     v = float(value)
     return not np.isfinite(v) or abs(v) <= _FLOAT_MAX[dtype.name]
+
+
+def numeric_components(value, n):
+    """`value` as a list of `n` Python numbers (a sequence or numpy array of numbers), or None."""
+    try:
+        arr = np.asarray(value)
+    except Exception:
+        return None
+    if arr.shape != (n,) or arr.dtype.kind not in "biuf":
+        return None
+    return arr.tolist()

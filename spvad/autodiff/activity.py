@@ -4,6 +4,7 @@ which primal values and local slots the reverse pass must be able to recompute.
 Active = depends on a load from a needs-grad array AND flows into a store/atomic into a needs-grad
 array (through values and local slots), float-typed. Nothing is computed, stored or pushed for the rest.
 """
+from ..errors import AutodiffRuleError
 from ..ir import nodes as N
 from .rules import ZERO_GRADIENT
 
@@ -153,3 +154,23 @@ def _read_before_written(stmts):
         if isinstance(s, N.LocalStore):
             written.add(s.slot)
     return out
+
+
+def check_differentiable(kernel, task, mode):
+    """Compile-time errors for what a derivative kernel cannot do. `mode`: "reverse" or "forward"."""
+    used = {o for s in N.walk(task.body) for o in s.operands()}
+    what = "a differentiated kernel" if mode == "reverse" else "a kernel run in forward mode"
+    for s in N.walk(task.body):
+        where = f"\n    at {s.loc}" if s.loc else ""
+        if isinstance(s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)) and s.field != "primal":
+            raise AutodiffRuleError(f"kernel {kernel.name}: {what} must not access '{s.array.name}.{s.field}'"
+                                    f"{where}")
+        if not (isinstance(s, N.AtomicRMW) and s in used):
+            continue
+        # The old value an atomic returns depends on thread order: reverse mode cannot replay it (the
+        # replay would add again), forward mode cannot pair it with the dual buffer's own order.
+        if mode == "reverse" or (s.array.needs_dual and s.array.dtype.is_float):
+            raise AutodiffRuleError(f"kernel {kernel.name}: the value returned by sp.atomic_{s.kind} on "
+                                    f"'{s.array.name}' cannot be differentiated through"
+                                    f"{' in forward mode' if mode == 'forward' else ''} (it depends on "
+                                    f"thread order){where}")

@@ -10,28 +10,13 @@ from ..errors import AutodiffRuleError
 from ..ir import nodes as N
 from ..ir.emit import Emitter
 from ..ir.ops import Op
-from .activity import Activity
+from .activity import Activity, check_differentiable
 from .rules import partials
 
 
 def forward_task(kernel, task):
-    _check(kernel, task)
+    check_differentiable(kernel, task, "forward")
     return _DualBuilder(kernel, task).run()
-
-
-def _check(kernel, task):
-    used = {o for s in N.walk(task.body) for o in s.operands()}
-    for s in N.walk(task.body):
-        where = f"\n    at {s.loc}" if s.loc else ""
-        if isinstance(s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)) and s.field != "primal":
-            raise AutodiffRuleError(f"kernel {kernel.name}: a kernel run in forward mode must not access "
-                                    f"'{s.array.name}.{s.field}'{where}")
-        # the old value an atomic returns depends on thread order, and the dual buffer's atomic would see
-        # another order: its derivative is undefined (reverse mode rejects it too)
-        if isinstance(s, N.AtomicRMW) and s in used and s.array.needs_dual and s.array.dtype.is_float:
-            raise AutodiffRuleError(f"kernel {kernel.name}: the value returned by sp.atomic_{s.kind} on "
-                                    f"'{s.array.name}' cannot be differentiated through in forward mode "
-                                    f"(it depends on thread order){where}")
 
 
 class _DualBuilder(Emitter):

@@ -12,11 +12,10 @@ one per active local slot.
 import copy
 
 from .. import types as T
-from ..errors import AutodiffRuleError
 from ..ir import nodes as N
 from ..ir.emit import Emitter
 from ..ir.ops import Op
-from .activity import Activity
+from .activity import Activity, check_differentiable
 from .adstack import StackSizer
 from .depth_probe import build_count_kernel
 from .loop_exits import eliminate_loop_exits
@@ -25,24 +24,12 @@ from .rules import partials
 
 def reverse_task(kernel, task, sizer_options, thread_private=True):
     """Returns the gradient Task of `task`, or None when it has no reverse work."""
-    _check_differentiable(kernel, task)
+    check_differentiable(kernel, task, "reverse")
     eliminate_loop_exits(task)
     grad = _Reverser(kernel, task, sizer_options, thread_private).run()
     if grad is not None and grad.stack_sizes.measured:
         grad.count_kernel = build_count_kernel(kernel, task, grad.stack_sizes.measured)
     return grad
-
-
-def _check_differentiable(kernel, task):
-    used = {o for s in N.walk(task.body) for o in s.operands()}
-    for s in N.walk(task.body):
-        where = f"\n    at {s.loc}" if s.loc else ""
-        if isinstance(s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)) and s.field != "primal":
-            raise AutodiffRuleError(f"kernel {kernel.name}: a differentiated kernel must not access "
-                                    f"'{s.array.name}.{s.field}'{where}")
-        if isinstance(s, N.AtomicRMW) and s in used:
-            raise AutodiffRuleError(f"kernel {kernel.name}: the value returned by sp.atomic_{s.kind} "
-                                    f"cannot be differentiated through (it depends on thread order){where}")
 
 
 class _Reverser(Emitter):
