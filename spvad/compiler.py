@@ -205,9 +205,10 @@ def run_passes(kernel, mode, rt, ad_stack_size):
         steps += [lambda k: make_reverse_kernel(k, ad_stack_size, private), simplify.simplify]
     elif mode == "dual":
         steps += [make_dual_kernel, simplify.simplify]
-    elif mode == "checked":
+    elif mode.startswith("checked"):   # "checked" or "checked:0,0,2" (array k shares array alias[k]'s buffer)
         plan = []
-        steps.append(lambda k: _keep_plan(instrument(k), plan))
+        alias = [int(k) for k in mode.partition(":")[2].split(",")] if ":" in mode else None
+        steps.append(lambda k: _keep_plan(instrument(k, alias), plan))
     elif mode != "forward":
         raise NotImplementedError(f"{mode} mode is not available yet")
     if check:
@@ -216,7 +217,7 @@ def run_passes(kernel, mode, rt, ad_stack_size):
         kernel = step(kernel)
         if check:
             verify.verify(kernel)
-    kernel.check_plan = plan[0] if mode == "checked" else None
+    kernel.check_plan = plan[0] if mode.startswith("checked") else None
     return kernel
 
 

@@ -181,11 +181,15 @@ class Kernel:
         """Run the instrumented variant that detects a read element being overwritten (debug only)."""
         from .autodiff.validation import violation_check
         from .ndarray import Ndarray
-        ck = self._compiled(specs, "checked")
+        everything = arrays + [obj for _, obj in self._compiled(specs).captured]
+        # one ndarray bound to several parameters shares one marker (`k(x, x)` reading one, writing other)
+        first = {}
+        alias = [first.setdefault(id(a), k) for k, a in enumerate(everything)]
+        mode = "checked" if alias == list(range(len(alias))) else "checked:" + ",".join(map(str, alias))
+        ck = self._compiled(specs, mode)
         plan = ck.check_plan
         if plan is None:
             return launch(ck, arrays, scalars)
-        everything = arrays + [obj for _, obj in ck.captured]
         markers = [Ndarray(T.i32, everything[k].storage_shape) for k in plan.marked]
         violations = Ndarray(T.i32, (len(plan.sites),))
         launch(ck, arrays, scalars, extra=markers + [violations])

@@ -25,16 +25,18 @@ class CheckPlan:
         self.sites = sites      # store sites: (array name, Loc)
 
 
-def instrument(kernel):
-    """Returns (instrumented kernel, CheckPlan), or (kernel, None) when no array is read and written."""
+def instrument(kernel, alias=None):
+    """Returns (instrumented kernel, CheckPlan), or (kernel, None) when no array is read and written.
+    `alias[k]`: the first array index bound to the same ndarray as array k (aliased arguments)."""
+    alias = alias or list(range(len(kernel.arrays)))
     # only tasks with a gradient task replay their loads; a task without one (nothing differentiable in
     # it) may update what it reads, e.g. an int counter array, without harming any gradient
     replayed = [bool(Activity(t).rev_work) for t in kernel.tasks]
-    loaded = {s.array.index for t, r in zip(kernel.tasks, replayed) if r for s in N.walk(t.body)
+    loaded = {alias[s.array.index] for t, r in zip(kernel.tasks, replayed) if r for s in N.walk(t.body)
               if isinstance(s, N.GlobalLoad) and s.field == "primal"}
     # an atomic add/max/min changes the element as a store does: the gradient kernel's replay of an
     # earlier load would read the new value
-    stored = {s.array.index for t in kernel.tasks for s in N.walk(t.body)
+    stored = {alias[s.array.index] for t in kernel.tasks for s in N.walk(t.body)
               if isinstance(s, (N.GlobalStore, N.AtomicRMW)) and s.field == "primal"}
     marked = sorted(loaded & stored)
     if not marked:
@@ -43,8 +45,11 @@ def instrument(kernel):
     markers = {}
     for k in marked:
         a = kernel.arrays[k]
-        markers[k] = N.ArrayParam(f"{a.name}__read", T.i32, a.ndim, len(arrays))
-        arrays.append(markers[k])
+        marker = N.ArrayParam(f"{a.name}__read", T.i32, a.ndim, len(arrays))
+        arrays.append(marker)
+        for j, rep in enumerate(alias):
+            if rep == k:
+                markers[j] = marker
     violations = N.ArrayParam("__violations", T.i32, 1, len(arrays))
     arrays.append(violations)
     sites = []

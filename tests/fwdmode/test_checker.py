@@ -236,9 +236,6 @@ def test_atomic_add_into_a_read_element(rng, debug):
     assert f":{line_of(accumulate_into_read, 'x[i] += x[i] * x[i]')}:" in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="checker gap (spvad/kernel.py _checked_launch + validation.instrument): "
-                   "markers are per kernel parameter, so the same ndarray passed as two arguments, one read "
-                   "and one written, is never checked and gets a silently wrong gradient")
 def test_aliased_arguments_are_checked(rng, debug):
     x0 = rand(rng, N)
     x = sp.from_numpy(x0, needs_grad=True)
