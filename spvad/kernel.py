@@ -163,8 +163,17 @@ class Kernel:
             return self.fwd(*args)
         recording = tape.recording()
         fast = self._replay
-        if fast is not None and not recording and fast.matches(args):
-            return fast.run()
+        if fast is not None and not tape.validating():
+            if fast.matches(args):
+                fast.run()
+                scalars = fast.scalars
+            else:
+                scalars = fast.run_with_new_scalars(self, args)
+            if scalars is not None:
+                if recording:
+                    arrays = [a for a in args if getattr(a, "_spvad_ndarray", False)]
+                    tape.record(self, args, (fast.specs, arrays, scalars), arrays + fast.captured)
+                return
         specs, arrays, scalars = self._bind(args)
         ck = self._compiled(specs)
         if tape.validating():
@@ -173,7 +182,7 @@ class Kernel:
         records = launch(ck, arrays, scalars)
         immutable = all(isinstance(a, (int, float, bool, np.generic)) or getattr(a, "_spvad_ndarray", False)
                         for a in args)   # a 0-d numpy array or a list could change in place
-        self._replay = Replay(args, records) if records is not None and immutable else None
+        self._replay = Replay(args, specs, scalars, records, ck) if records is not None and immutable else None
         if recording:
             tape.record(self, args, (specs, arrays, scalars), arrays + [obj for _, obj in ck.captured])
 
@@ -258,6 +267,8 @@ def launch(ck, arrays, scalars, extra=()):
     for ct in ck.tasks:
         n = ct.num_threads(scalars, shapes)
         if n <= 0:
+            if records is not None:   # a replay must know this task ran no thread
+                records.append((None, ct, None, None, n, shapes))
             continue
         spec = ct.spec_constants(scalars, shapes, n)
         if ct.depth_probe is not None:
@@ -279,7 +290,7 @@ def launch(ck, arrays, scalars, extra=()):
         recorded = dispatch(rt, low, ct.pipeline(rt, spec, low), arrays, scalars, shapes, n, extra_buffers, local)
         ct.after_launch(rt, spec)
         if records is not None:
-            records.append((recorded, ct, spec))
+            records.append((recorded, ct, spec, low, n, shapes))
     return records
 
 
@@ -287,10 +298,12 @@ class Replay:
     """The dispatches of a kernel's last launch. Calling the kernel again with the very same argument
     objects (same ndarrays, same scalar objects) repeats them without checking or packing anything again."""
 
-    def __init__(self, args, records):
+    def __init__(self, args, specs, scalars, records, ck):
         self.rt = runtime.current()
+        self.scalars = scalars
+        self.captured = [obj for _, obj in ck.captured]
         self.args = tuple(weakref.ref(a) if getattr(a, "_spvad_ndarray", False) else a for a in args)
-        self.records = records
+        self.specs, self.records = specs, records
 
     def matches(self, args):
         if len(args) != len(self.args) or self.rt is not runtime.current():
@@ -302,9 +315,40 @@ class Replay:
 
     def run(self):
         rt, device_launch = self.rt, self.rt.device.launch
-        for recorded, ct, spec in self.records:
-            device_launch(*recorded)
+        for recorded, ct, spec, *_ in self.records:
+            if recorded is not None:
+                device_launch(*recorded)
+                ct.after_launch(rt, spec)
+
+    def run_with_new_scalars(self, kernel, args):
+        """Same ndarrays, other scalar values of the same dtypes (e.g. a time-step index): check the scalars,
+        pack new push constants, reuse everything else. Returns the scalars, or None (nothing launched) when
+        that does not apply."""
+        if len(args) != len(self.args) or self.rt is not runtime.current():
+            return None
+        scalars = []
+        for (name, ann), a, b, spec in zip(kernel.params, args, self.args, self.specs):
+            if type(b) is weakref.ref:
+                if b() is not a:
+                    return None
+            elif not isinstance(spec, T.DType) or not isinstance(a, (int, float, bool, np.generic)) or \
+                    kernel._scalar_dtype(name, ann, a) != spec:
+                return None
+            else:
+                scalars.append(a)
+        for _, ct, _, _, n, shapes in self.records:   # the same thread counts, or the full path
+            if ct.num_threads(scalars, shapes) != n:
+                return None
+        rt, device_launch = self.rt, self.rt.device.launch
+        for recorded, ct, spec, low, n, shapes in self.records:
+            if recorded is None:
+                continue
+            pipeline, buffers, push, groups = recorded
+            if low.push_size:
+                push = struct.pack(low.push_format, *[_push_value(f, scalars, shapes) for f in low.push_fields])
+            device_launch(pipeline, buffers, push, groups)
             ct.after_launch(rt, spec)
+        return scalars
 
 
 def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=(), local=None):

@@ -822,3 +822,22 @@ def test_repeated_launches_with_the_same_and_new_arguments(rng):
     np.testing.assert_allclose(y2.to_numpy(), 3.5 * 2 * xn + 1.0, rtol=1e-6)
     with pytest.raises(sp.SpvadError):   # a mutable 0-d array is not a scalar argument
         axpb(x, y, np.array(1.5, np.float32))
+
+
+@sp.kernel
+def take_row(x: sp.Array, out: sp.Array, t: sp.i32, s: sp.f32):
+    for i in range(x.shape[1]):
+        out[t, i] = x[t, i] * s
+
+
+def test_launches_with_new_scalar_values_use_them(rng):
+    """Same ndarrays, a new time index and scale every call: each launch sees its own values."""
+    xn = rng.uniform(0.5, 1.5, (6, 8)).astype(np.float32)
+    x, out = sp.from_numpy(xn), sp.ndarray(sp.f32, (6, 8))
+    for t in range(6):
+        take_row(x, out, t, 0.5 + t)
+    np.testing.assert_allclose(out.to_numpy(), xn * (0.5 + np.arange(6))[:, None], rtol=1e-6)
+    with pytest.raises(sp.SpvadError):
+        take_row(x, out, 2.5, 1.0)      # a float for an i32 still fails the checks
+    with pytest.raises(sp.SpvadError):
+        take_row(x, out, 2**40, 1.0)
