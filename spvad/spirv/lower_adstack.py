@@ -16,10 +16,12 @@ HOMES = (FUNCTION, BUFFER)
 # Budget of Function-scope stack words per thread: the sum over a task's Function-home stacks of
 # capacity x arrays (primal, plus adjoint when used) x words per entry. Stacks past it live in the buffer.
 # - lavapipe (device_type "cpu") compiles a shader at its first dispatch, in a time that grows steeply with
-#   its Function arrays (0.5 s at 1,024 floats, 4 s at 4,096, 90 s at 65,536): 1,024 words.
+#   its Function arrays (0.5 s at 1,024 floats, 4 s at 4,096, 90 s at 65,536), while a buffer stack runs
+#   only ~25% slower (benchmarks/adstack_depth.py: 1,024 steps compile in 0.46 s vs 0.05 s, run in 6.0 vs
+#   7.9 ms): 256 words, so a stack compiles in tens of milliseconds at any depth.
 # - GPUs: NVIDIA refuses ~34 KiB (~8,700 words) of Function scratch and Apple's translator rejects large
 #   per-thread arrays: 4,096 words (16 KiB) leaves headroom for the kernel's other locals.
-FUNCTION_BUDGET_WORDS = {"cpu": 1024}
+FUNCTION_BUDGET_WORDS = {"cpu": 256}
 DEFAULT_FUNCTION_BUDGET_WORDS = 4096
 
 
