@@ -1,4 +1,5 @@
 """The process-wide runtime: device selection, options, the launch path, sync and device-side error flags."""
+import atexit
 import itertools
 import os
 import sys
@@ -24,8 +25,9 @@ class Runtime:
             from .rhi.metal.device import MetalDevice
             self.device = MetalDevice(selector, validation=validation)
         else:
+            from .cache import cache_dir
             from .rhi.vulkan.device import VulkanDevice
-            self.device = VulkanDevice(selector, validation=validation)
+            self.device = VulkanDevice(selector, validation=validation, pipeline_cache_dir=cache_dir())
         self.backend = backend
         self.serial = next(_serials)   # compile caches are per runtime (captured arrays, features)
         self.ad_stack_size = ad_stack_size
@@ -56,6 +58,15 @@ def init(backend="auto", device=None, ad_stack_size=None, debug=False, validate_
     reset()
     _current = Runtime(backend, device, ad_stack_size, debug, validate_spirv)
     return _current
+
+
+@atexit.register
+def _close_at_exit():
+    """Close the device at interpreter exit (waits for queued work, saves the pipeline cache)."""
+    try:
+        reset()
+    except Exception:   # never turn a clean exit into a traceback
+        pass
 
 
 def get():

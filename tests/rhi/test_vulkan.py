@@ -363,3 +363,24 @@ def test_descriptor_pools_grow_and_sets_are_freed(dev):
     for out in outs:
         out.release()
     assert not dev._sets
+
+
+def test_pipeline_cache_persists_across_devices(tmp_path):
+    """The VkPipelineCache is saved at close and seeds the next device; garbage data is survived."""
+    n = 100
+    a = np.arange(n, dtype=np.float32)
+    for attempt in range(2):
+        d = make_device(validation=True, pipeline_cache_dir=str(tmp_path))
+        A, B, C = upload(d, a), upload(d, a), d.create_buffer(4 * n)
+        pipe = d.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+        d.launch(pipe, [A, B, C], struct.pack("<I", n), groups_for(n))
+        d.sync()
+        np.testing.assert_array_equal(C.view(np.float32), 2 * a)
+        msgs = d.validation_messages()
+        d.close()
+        assert msgs + d.validation_messages() == []
+        files = list(tmp_path.glob("vk-pipelines-*.bin"))
+        assert len(files) == 1 and files[0].stat().st_size >= 16   # at least the Vulkan cache header
+    files[0].write_bytes(b"\x00" * 64)   # corrupt: the next device still starts
+    d = make_device(pipeline_cache_dir=str(tmp_path))
+    d.close()
