@@ -4,6 +4,7 @@ import ast
 from .. import types as T
 from . import nodes as N
 from .emit import PY_SCALARS
+from .frontend_values import Scope
 from .frontend_vectors import VECTOR_BUILTINS, VecSlots, VecValue
 from .ops import Op
 from .source import FunctionSource
@@ -121,7 +122,6 @@ class CallsMixin:
         if not len(names) - len(defaults) <= len(args) <= len(names):
             self.error(f"{src.name}() takes {len(names)} arguments, got {len(args)}")
         args = args + defaults[len(args) - len(names):] if len(args) < len(names) else args
-        from .frontend import Scope
         scope = Scope(src)
         scope.params = set(names)
         assigned = src.assigned_names()

@@ -1,0 +1,221 @@
+"""Names, subscripts and expressions of the frontend visitor (a mixin of KernelBuilder): name lookup
+through scopes and globals, array element access, operators, short-circuit logic, conditional expressions."""
+import ast
+
+from .. import types as T
+from . import nodes as N
+from .emit import PY_SCALARS
+from .frontend_values import ENDED, PURE_KINDS, FieldRef, Lazy, ShapeRef
+from .frontend_vectors import VecArg, VecSlots, VecValue, is_constant_vector
+
+
+class ExprsMixin:
+    # ---- names and subscripts ----
+    def visit_Name(self, node):
+        return self.load_name(node.id)
+
+    def load_name(self, name):
+        if name in self.scope.names:
+            v = self.scope.names[name]
+            if isinstance(v, N.Alloca):
+                self.check_same_task(name, v)
+                return self.emit(N.LocalLoad(v))
+            if isinstance(v, VecSlots):
+                return self.load_vector_slots(name, v)
+            if isinstance(v, N.ScalarParam):
+                return self.emit(N.ScalarArg(v))
+            if isinstance(v, VecArg):
+                return VecValue(self.emit(N.ScalarArg(p)) for p in v.params)
+            if v is ENDED:
+                self.error(f"loop index '{name}' is only defined inside its loop")
+            if isinstance(v, Lazy):
+                saved, self.scope = self.scope, v.scope
+                try:
+                    value = self.visit(v.node)
+                    return value if v.index is None else self.as_tuple(value)[v.index]
+                finally:
+                    self.scope = saved
+            return v
+        obj = self.src.lookup(name, KeyError)
+        if obj is KeyError:
+            self.error(f"unknown name '{name}'")
+        return self.global_object(name, obj)
+
+    def check_same_task(self, name, slot):
+        if slot.task is not self.task:
+            self.error(f"local '{name}' belongs to another top-level statement (a separate dispatch); "
+                       "compute it inside this loop or pass it through an array")
+
+    def global_object(self, name, obj):
+        if getattr(obj, "_spvad_ndarray", False):
+            for p, o in self.captured:
+                if o is obj:
+                    return p
+            p = self.array_param(name, obj.dtype, obj.ndim, obj.grad is not None, obj.dual is not None)
+            self.captured.append((p, obj))
+            self.resolve_global_array(name, obj)
+            return p
+        if isinstance(obj, (int, float, bool)):
+            return obj
+        if is_constant_vector(obj):
+            return self.constant_vector(obj) or obj
+        return obj   # modules, functions, dtypes: resolved further by attribute access or calls
+
+    def visit_Attribute(self, node):
+        base = self.visit(node.value)
+        if isinstance(base, N.ArrayParam):
+            if node.attr == "shape":
+                return ShapeRef(base)
+            if node.attr in ("grad", "dual"):
+                if not (base.needs_grad if node.attr == "grad" else base.needs_dual):
+                    self.error(f"array '{base.name}' has no .{node.attr} (create it with needs_{node.attr}=True)")
+                return FieldRef(base, node.attr)
+            self.error(f"arrays have no attribute '{node.attr}' in kernels")
+        if isinstance(base, VecValue):
+            return self.swizzle(base, node.attr)
+        if isinstance(base, (N.Stmt,) + PY_SCALARS):
+            self.error(f"values have no attribute '{node.attr}'")
+        try:
+            return getattr(base, node.attr)
+        except AttributeError:
+            self.error(f"'{getattr(base, '__name__', base)}' has no attribute '{node.attr}'")
+
+    def visit_Subscript(self, node):
+        base = self.visit(node.value)
+        if isinstance(base, ShapeRef):
+            k, ndim = self.visit(node.slice), self.user_ndim(base.array)
+            if not isinstance(k, int) or not -ndim <= k < ndim:
+                self.error(f"shape index must be a constant in range for a {ndim}-d array")
+            return self.emit(N.ArrayShape(base.array, k % ndim))
+        if isinstance(base, (N.ArrayParam, FieldRef)):
+            arr, field, idx = self.subscript_target(node)
+            return self.load_element(arr, field, idx)
+        if isinstance(base, VecValue):
+            return self.component(base, self.visit(node.slice))
+        if isinstance(base, tuple):
+            k = self.visit(node.slice)
+            if not isinstance(k, int):
+                self.error("tuples can only be indexed with compile-time integers")
+            return base[k]
+        self.error("only arrays, shapes, vectors and tuples can be indexed")
+
+    def subscript_target(self, node):
+        base = self.visit(node.value)
+        arr, field = (base.array, base.field) if isinstance(base, FieldRef) else (base, "primal")
+        if not isinstance(arr, N.ArrayParam):
+            self.error("only array elements can be assigned to")
+        sl = node.slice
+        if isinstance(sl, ast.Constant) and sl.value is None:
+            raw = []
+        elif isinstance(sl, ast.Tuple):
+            raw = [self.visit(e) for e in sl.elts]
+        else:
+            raw = [self.visit(sl)]
+        width = self.array_width(arr)
+        if len(raw) != arr.ndim and not (width and len(raw) == arr.ndim - 1):
+            what = f"{arr.ndim - 1} dimension(s) of {width}-vectors" if width else f"{arr.ndim} dimension(s)"
+            self.error(f"array '{arr.name}' has {what}, indexed with {len(raw)}")
+        idx = tuple(self.cast(self.index_value(i), T.i32) for i in raw)
+        return arr, field, idx
+
+    # ---- expressions ----
+    OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+           ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>",
+           ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, (bool, int, float)) or node.value is None:
+            return node.value
+        self.error(f"unsupported constant {node.value!r} in a kernel")
+
+    def visit_Tuple(self, node):
+        return tuple(self.visit(e) for e in node.elts)
+
+    def visit_BinOp(self, node):
+        if type(node.op) not in self.OPS:
+            self.error("unsupported operator")
+        return self.binop(self.OPS[type(node.op)], self.visit(node.left), self.visit(node.right))
+
+    def visit_UnaryOp(self, node):
+        sym = {ast.USub: "-", ast.UAdd: "+", ast.Not: "not", ast.Invert: "~"}[type(node.op)]
+        return self.unary(sym, self.visit(node.operand))
+
+    def visit_Compare(self, node):
+        result, left = None, self.visit(node.left)
+        for op, comp in zip(node.ops, node.comparators):
+            if type(op) not in self.OPS:
+                self.error("unsupported comparison (is / in)")
+            right = self.visit(comp)
+            c = self.binop(self.OPS[type(op)], left, right)
+            result = c if result is None else self.binop("&", self.to_bool(result), self.to_bool(c))
+            left = right
+        return result
+
+    def visit_BoolOp(self, node):
+        is_and = isinstance(node.op, ast.And)
+        return self.short_circuit(node.values, is_and)
+
+    def short_circuit(self, values, is_and):
+        first = self.to_bool(self.visit(values[0]))
+        if len(values) == 1:
+            return first
+        if isinstance(first, bool):
+            return self.short_circuit(values[1:], is_and) if first == is_and else first
+        rest_block = N.Block()
+        saved, self.block = self.block, rest_block
+        rest = self.to_bool(self.short_circuit(values[1:], is_and))
+        self.block = saved
+        if isinstance(rest, bool):
+            self.block.stmts.extend(rest_block.stmts)
+            return first if rest == is_and else rest
+        if self.is_pure_block(rest_block):
+            self.block.stmts.extend(rest_block.stmts)
+            return self.compute(N.Op.AND if is_and else N.Op.OR, first, rest)
+        tmp = self.temp_slot(T.u1, first)
+        cond = first if is_and else self.compute(N.Op.NOT, first)
+        rest_block.append(N.LocalStore(tmp, rest))
+        self.emit(N.If(cond, rest_block, N.Block()))
+        return self.emit(N.LocalLoad(tmp))
+
+    def is_pure_block(self, block):
+        return all(isinstance(s, PURE_KINDS + (N.LocalLoad, N.LoopIndex, N.ThreadIndex)) for s in block.stmts)
+
+    def temp_slot(self, dtype, init):
+        slot = N.Alloca(dtype, "tmp")
+        slot.loc, slot.task = self.loc, self.task
+        self.task.body.stmts.insert(self.alloca_at, slot)
+        self.alloca_at += 1
+        self.emit(N.LocalStore(slot, self.cast(init, dtype)))
+        return slot
+
+    def visit_IfExp(self, node):
+        cond = self.to_bool(self.visit(node.test))
+        if isinstance(cond, bool):
+            return self.visit(node.body if cond else node.orelse)
+        blocks, vals = [N.Block(), N.Block()], []
+        for b, n in zip(blocks, (node.body, node.orelse)):
+            saved, self.block = self.block, b
+            vals.append(self.visit(n))
+            self.block = saved
+        if all(self.is_pure_block(b) for b in blocks):
+            for b in blocks:
+                self.block.stmts.extend(b.stmts)
+            return self.select(cond, vals[0], vals[1])
+        if any(isinstance(v, VecValue) for v in vals):
+            return self.vector_ifexp(cond, blocks, vals)
+        a, b = vals
+        probe_a, probe_b = self.typed_probe(a), self.typed_probe(b)
+        dt = T.promote(probe_a, probe_b) if probe_a != probe_b else probe_a
+        tmp = self.temp_slot(dt, 0)
+        for blk, v in zip(blocks, vals):
+            saved, self.block = self.block, blk
+            self.emit(N.LocalStore(tmp, self.cast(v, dt)))
+            self.block = saved
+        self.emit(N.If(cond, blocks[0], blocks[1]))
+        return self.emit(N.LocalLoad(tmp))
+
+    def typed_probe(self, v):
+        if isinstance(v, N.Stmt):
+            return v.dtype
+        from .emit import py_dtype
+        return py_dtype(v)

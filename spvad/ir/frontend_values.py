@@ -1,0 +1,58 @@
+"""Values the frontend binds names to besides IR statements: argument specs, deferred top-level
+expressions, `x.grad`/`x.shape` references, name scopes."""
+from . import nodes as N
+from .source import FunctionSource
+
+
+class ArraySpec:
+    """What a kernel is specialised on for one ndarray argument."""
+
+    def __init__(self, dtype, ndim, needs_grad=False, needs_dual=False):
+        self.dtype, self.ndim, self.needs_grad, self.needs_dual = dtype, ndim, needs_grad, needs_dual
+
+
+class VectorArgSpec:
+    """A vector kernel argument passed by value (one push constant per component). Shaped like ArraySpec
+    (ndim None) so a specialisation key can describe either."""
+    ndim, needs_grad, needs_dual = None, False, False
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+
+class Lazy:
+    """A pure top-level expression, re-evaluated in each task that uses it (element `index` of it when
+    it was unpacked: `n, m = x.shape`)."""
+
+    def __init__(self, node, scope, index=None):
+        self.node, self.scope, self.index = node, scope, index
+
+
+class FieldRef:
+    """`x.grad` / `x.dual` inside a kernel: the companion buffer of an array."""
+
+    def __init__(self, array, field):
+        self.array, self.field = array, field
+
+
+class ShapeRef:
+    def __init__(self, array):
+        self.array = array
+
+
+class EndedLoopIndex:
+    """What a loop index name means after its loop: indices are scoped to their loop (as in Taichi), so
+    reading one afterwards is an error rather than a silently different value from Python's."""
+
+
+ENDED = EndedLoopIndex()
+
+
+class Scope:
+    """Names visible in one (inlined) function: locals, then the function's closure and globals."""
+
+    def __init__(self, src: FunctionSource, names=None):
+        self.src, self.names = src, dict(names or {})
+
+
+PURE_KINDS = (N.Const, N.ScalarArg, N.ArrayShape, N.Compute)
