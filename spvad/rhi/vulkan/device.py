@@ -7,13 +7,13 @@ is submitted early (without waiting) into a small ring of command buffers, so th
 while Python records. Objects released while recorded work may still use them are destroyed after
 the next sync.
 """
-import os
 import time
 
 import numpy as np
 
 from ...errors import DeviceError
 from ..base import Buffer, Device
+from . import pipeline_cache
 from .loader import install_hint
 from .program import ProgramMixin
 from .vkapi import (SEV_ERROR, SEV_WARNING, TYPE_GENERAL, TYPE_PERFORMANCE, TYPE_VALIDATION,
@@ -224,51 +224,6 @@ class VulkanDevice(ProgramMixin, Device):
         }
         return features, atomic, info
 
-    # ---- the persistent pipeline cache ----
-    def _pipeline_cache_file(self):
-        if not self._pipeline_cache_dir:
-            return None
-        uuid = bytes(self._props.pipelineCacheUUID).hex()
-        return os.path.join(self._pipeline_cache_dir, f"vk-pipelines-{self._props.vendorID:x}-"
-                                                      f"{self._props.deviceID:x}-{uuid}.bin")
-
-    def _create_pipeline_cache(self):
-        """A VkPipelineCache seeded from the last run's data (the driver ignores data of another version)."""
-        data = b""
-        path = self._pipeline_cache_file()
-        if path and os.path.exists(path):
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except OSError:
-                data = b""
-        keep = ffi.from_buffer(data) if data else None   # alive until the call returns
-        info = vk.VkPipelineCacheCreateInfo(initialDataSize=len(data), pInitialData=keep) if data else \
-            vk.VkPipelineCacheCreateInfo()
-        try:
-            return call(vk.vkCreatePipelineCache, self._device, info, None)
-        except DeviceError:   # refused data: start empty
-            return call(vk.vkCreatePipelineCache, self._device, vk.VkPipelineCacheCreateInfo(), None)
-
-    def _save_pipeline_cache(self):
-        path = self._pipeline_cache_file()
-        if path is None:
-            return
-        try:
-            size = ffi.new("size_t *")
-            if lib.vkGetPipelineCacheData(self._device, self._pipeline_cache, size, ffi.NULL) < 0 or not size[0]:
-                return
-            buf = ffi.new("char[]", size[0])
-            if lib.vkGetPipelineCacheData(self._device, self._pipeline_cache, size, buf) < 0:
-                return
-            os.makedirs(self._pipeline_cache_dir, exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(ffi.buffer(buf, size[0]))
-            os.replace(tmp, path)   # atomic: concurrent processes never read half a file
-        except OSError:
-            pass   # a cache; never fail a close because of it
-
     def _has_int64_atomics_struct(self):
         return self._props.apiVersion >= make_version(1, 2) or "VK_KHR_shader_atomic_int64" in self._device_exts
 
@@ -302,7 +257,7 @@ class VulkanDevice(ProgramMixin, Device):
         self._queue = vk.vkGetDeviceQueue(self._device, qfi, 0)
         self._cmd_pool = call(vk.vkCreateCommandPool, self._device, vk.VkCommandPoolCreateInfo(
             flags=lib.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=qfi), None)
-        self._pipeline_cache = self._create_pipeline_cache()
+        self._pipeline_cache = pipeline_cache.create(self._device, self._props, self._pipeline_cache_dir)
         self._limits_groups = self._info["limits"]["max_workgroup_count"]
         mem = vk.vkGetPhysicalDeviceMemoryProperties(self._physical)
         flags = [mem.memoryTypes[i].propertyFlags for i in range(mem.memoryTypeCount)]
@@ -424,7 +379,7 @@ class VulkanDevice(ProgramMixin, Device):
             if self._cmd_pool is not None:
                 vk.vkDestroyCommandPool(d, self._cmd_pool, None)   # frees the command buffers
             if self._pipeline_cache is not None:
-                self._save_pipeline_cache()
+                pipeline_cache.save(d, self._pipeline_cache, self._props, self._pipeline_cache_dir)
                 vk.vkDestroyPipelineCache(d, self._pipeline_cache, None)
             vk.vkDestroyDevice(d, None)
         self._deferred, self._buffers, self._pipelines, self._frames = [], {}, set(), []

@@ -1,0 +1,52 @@
+"""The VkPipelineCache, persisted across runs in spvad's cache folder (one file per device and driver)."""
+import os
+
+from ...errors import DeviceError
+from .vkapi import call, ffi, lib, vk
+
+
+def cache_file(props, folder):
+    if not folder:
+        return None
+    uuid = bytes(props.pipelineCacheUUID).hex()
+    return os.path.join(folder, f"vk-pipelines-{props.vendorID:x}-{props.deviceID:x}-{uuid}.bin")
+
+
+def create(device, props, folder):
+    """A VkPipelineCache seeded from the last run's data (drivers ignore data of another version)."""
+    data = b""
+    path = cache_file(props, folder)
+    if path and os.path.exists(path):
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            data = b""
+    if data:
+        keep = ffi.from_buffer(data)   # alive until the call returns
+        try:
+            return call(vk.vkCreatePipelineCache, device,
+                        vk.VkPipelineCacheCreateInfo(initialDataSize=len(data), pInitialData=keep), None)
+        except DeviceError:   # refused data: start empty
+            pass
+    return call(vk.vkCreatePipelineCache, device, vk.VkPipelineCacheCreateInfo(), None)
+
+
+def save(device, cache, props, folder):
+    path = cache_file(props, folder)
+    if path is None:
+        return
+    try:
+        size = ffi.new("size_t *")
+        if lib.vkGetPipelineCacheData(device, cache, size, ffi.NULL) < 0 or not size[0]:
+            return
+        buf = ffi.new("char[]", size[0])
+        if lib.vkGetPipelineCacheData(device, cache, size, buf) < 0:
+            return
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(ffi.buffer(buf, size[0]))
+        os.replace(tmp, path)   # atomic: concurrent processes never read half a file
+    except OSError:
+        pass   # a cache: never fail a close because of it
