@@ -118,9 +118,10 @@ class CompiledTask:
         self.last_spec = spec
         if self not in rt.pending_checks_owners:
             rt.pending_checks_owners.add(self)
-            rt.pending_checks.append(lambda: self.check_overflow(rt))
+            rt.pending_checks.append(lambda: self.check_flags(rt))
 
-    def check_overflow(self, rt):
+    def check_flags(self, rt):
+        """At sync: the error the launches since the last sync flagged (adstack overflow, a loop cut short)."""
         rt.pending_checks_owners.discard(self)
         buf = self.flag_buffer(rt)
         words = buf.view(np.uint32)[: 2 + len(self.lowered.adstacks)]
@@ -133,9 +134,9 @@ class CompiledTask:
                 f"the thread together); split the loop across launches or threads")
         if not words[0]:
             return None
-        bits = int(words[0])
         stacks = self.lowered.adstacks
-        hit = [k for k in range(len(stacks)) if bits >> k & 1]
+        # depth words are written only by overflowing pushes (bit k of word 0 saturates at 31 stacks)
+        hit = [k for k in range(len(stacks)) if words[1 + k]]
         needed = max(int(words[1 + k]) for k in hit)
         caps = [self.capacity(stacks[k]) for k in hit]
         words[:] = 0
