@@ -127,11 +127,7 @@ class CompiledTask:
         words = buf.view(np.uint32)[: 2 + len(self.lowered.adstacks)]
         if words[-1]:
             words[:] = 0
-            limit = rt.device.info["limits"].get("max_loop_iterations")
-            return DeviceError(
-                f"kernel {self.kernel_name}: the driver stopped a loop before it finished, so the results are "
-                f"wrong ({rt.device.info['name']} runs at most {limit} loop iterations per thread, all loops of "
-                f"the thread together); split the loop across launches or threads")
+            return loop_cut_error(self.kernel_name, rt)
         if not words[0]:
             return None
         stacks = self.lowered.adstacks
@@ -168,10 +164,7 @@ class CompiledTask:
         for b in flags:
             b.release()
         if cut:
-            raise DeviceError(f"kernel {self.kernel_name}: the driver stopped a loop before it finished while "
-                              f"measuring adstack depths ({rt.device.info['name']} runs at most "
-                              f"{rt.device.info['limits'].get('max_loop_iterations')} loop iterations per "
-                              "thread); split the loop across launches or threads")
+            raise loop_cut_error(self.kernel_name + " (measuring adstack depths)", rt)
         return {sid: round_up_pow2(int(view[sid])) for sid in self.sizer.measured}
 
     def capacity(self, stack):
@@ -186,6 +179,12 @@ class _Counters:
         self.buffer = buffer
 
 
+def loop_cut_error(kernel_name, rt):
+    info = rt.device.info
+    return DeviceError(
+        f"kernel {kernel_name}: the driver stopped a loop before it finished, so the results are wrong "
+        f"({info['name']} runs at most {info['limits'].get('max_loop_iterations')} loop iterations per thread, "
+        "all loops of the thread together); split the loop across launches or threads")
 
 
 @dataclass(eq=False)
