@@ -9,6 +9,23 @@ import numpy as np
 import spvad as sp
 
 
+N = 12   # threads per case of the dynamic-control-flow tables: small, lavapipe runs on 2 CPU cores
+
+
+def zeros(*shape, dtype=np.float32):
+    return np.zeros(shape or (N,), dtype)
+
+
+def case_table():
+    """A table of gradient cases and the function adding one:
+    name -> (kernel, reference, make_args(rng), output indices, input indices to differentiate)."""
+    cases = {}
+
+    def case(name, kernel, ref, make_args, outs, wrt):
+        cases[name] = (kernel, ref, make_args, outs, wrt)
+    return cases, case
+
+
 def rand(rng, shape, lo=0.1, hi=1.0, dtype=np.float32):
     """Random non-zero data with random signs (a test on zeros cannot fail for many bugs)."""
     sign = np.where(rng.random(shape) < 0.5, -1.0, 1.0)

@@ -12,20 +12,9 @@ import pytest
 
 import spvad as sp
 
-from adcheck import check_case, positive, rand
+from adcheck import N, case_table, check_case, positive, rand, zeros
 
-N = 12   # threads per test: small, lavapipe runs on 2 CPU cores
-
-
-def zeros(*shape, dtype=np.float32):
-    return np.zeros(shape or (N,), dtype)
-
-
-CASES = {}   # name -> (kernel, reference, make_args(rng), output indices, input indices to differentiate)
-
-
-def case(name, kernel, ref, make_args, outs, wrt):
-    CASES[name] = (kernel, ref, make_args, outs, wrt)
+CASES, case = case_table()
 
 
 # ---- for loops with runtime bounds ---------------------------------------------------------------------
