@@ -18,28 +18,10 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 import numpy as np  # noqa: E402
 
 import spvad as sp  # noqa: E402
+from integrator import integrate, reference_grad  # noqa: E402  (benchmarks/integrator.py)
 from spvad import runtime  # noqa: E402
 
 HOMES = ("function", "buffer", "auto")
-
-
-@sp.kernel
-def integrate(x: sp.Array, w: sp.Array, y: sp.Array, steps: sp.i32):
-    for i in range(x.shape[0]):
-        v = x[i]
-        for _ in range(steps):
-            v = v + 0.01 * sp.sin(v) * w[i]
-        y[i] = v
-
-
-def reference_grad(x, w, steps):
-    """d y / d x and d y / d w per element, forward mode in float64."""
-    v, dx, dw = x.copy(), np.ones_like(x), np.zeros_like(x)
-    for _ in range(steps):
-        s, c = np.sin(v), np.cos(v)
-        dx, dw = dx + 0.01 * c * w * dx, dw + 0.01 * (c * w * dw + s)
-        v = v + 0.01 * s * w
-    return dx, dw
 
 
 def measure(threads, steps, home, repeat):
