@@ -197,7 +197,7 @@ class ExprsMixin:
             saved, self.block = self.block, b
             vals.append(self.visit(n))
             self.block = saved
-        if all(self.is_pure_block(b) for b in blocks):
+        if all(self.is_pure_block(b) and not _has_partial_domain(b) for b in blocks):
             for b in blocks:
                 self.block.stmts.extend(b.stmts)
             return self.select(cond, vals[0], vals[1])
@@ -219,3 +219,14 @@ class ExprsMixin:
             return v.dtype
         from .emit import py_dtype
         return py_dtype(v)
+
+
+# Ops whose value or derivative is infinite or NaN somewhere: `a if c else b` evaluates them only when
+# their branch is taken (an If), since a select would compute the untaken one too and its derivative
+# (e.g. sqrt'(-1) = NaN) times zero still poisons the gradient.
+PARTIAL_DOMAIN = {N.Op.SQRT, N.Op.RSQRT, N.Op.LOG, N.Op.LOG2, N.Op.ASIN, N.Op.ACOS, N.Op.POW, N.Op.DIV, N.Op.TAN,
+                  N.Op.MOD, N.Op.FLOORDIV}
+
+
+def _has_partial_domain(block):
+    return any(isinstance(s, N.Compute) and s.op in PARTIAL_DOMAIN and s.dtype.is_float for s in block.stmts)

@@ -327,9 +327,6 @@ def sqrt_or_double(x: sp.Array, y: sp.Array):
         y[i] = p * 2.0 if p < 0.0 else sp.sqrt(p)   # Python evaluates sqrt only for p >= 0
 
 
-@pytest.mark.xfail(strict=True, reason="frontend (spvad/ir/frontend.py) lowers `a if c else b` to an eager "
-                   "SELECT: the untaken branch's derivative (sqrt'(-0.5) = NaN) times 0 is NaN in forward and "
-                   "reverse mode; an `if` statement gives the right 2.0")
 @pytest.mark.parametrize("mode", ["fwd", "rev"])
 def test_conditional_expression_untaken_branch(mode):
     x = sp.from_numpy(np.array([-0.5, 0.7], np.float32), needs_dual=True, needs_grad=True)
