@@ -188,6 +188,7 @@ class Kernel:
 
     def _checked_launch(self, specs, arrays, scalars):
         """Run the instrumented variant that detects a read element being overwritten (debug only)."""
+        from . import tape
         from .autodiff.validation import violation_check
         from .ndarray import Ndarray
         everything = arrays + [obj for _, obj in self._compiled(specs).captured]
@@ -199,7 +200,7 @@ class Kernel:
         plan = ck.check_plan
         if plan is None:
             return launch(ck, arrays, scalars)
-        markers = [Ndarray(T.i32, everything[k].storage_shape) for k in plan.marked]
+        markers = [tape.read_marker(everything[k]) for k in plan.marked]
         violations = Ndarray(T.i32, (len(plan.sites),))
         launch(ck, arrays, scalars, extra=markers + [violations])
         runtime.get().pending_checks.append(violation_check(self.name, plan, violations, markers))

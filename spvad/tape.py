@@ -15,6 +15,11 @@ def validating():
     return bool(_active) and _active[-1].validation and not _active[-1].inside_custom and runtime.get().debug
 
 
+def read_marker(array):
+    """The validating Tape's marker of which elements of `array` were read (zeros when first asked)."""
+    return _active[-1].read_marker(array)
+
+
 def recording():
     return bool(_active)
 
@@ -40,6 +45,15 @@ class Tape:
         self.launches = []        # (kernel, checked arguments) or (CustomGradient, (args, kwargs))
         self.inside_custom = 0
         self.arrays = {}          # id -> every ndarray a recorded launch touched (their grads are zeroed)
+        self.markers = {}         # id -> (ndarray, its read marker) for the access checker (validation)
+
+    def read_marker(self, array):
+        entry = self.markers.get(id(array))
+        if entry is None:
+            from .ndarray import Ndarray
+            from .types import i32
+            entry = self.markers[id(array)] = (array, Ndarray(i32, array.storage_shape))
+        return entry[1]
 
     def record(self, kernel, args, bound, arrays):
         for a in arrays:

@@ -38,7 +38,9 @@ def instrument(kernel, alias=None):
     # earlier load would read the new value
     stored = {alias[s.array.index] for t in kernel.tasks for s in N.walk(t.body)
               if isinstance(s, (N.GlobalStore, N.AtomicRMW)) and s.field == "primal"}
-    marked = sorted(loaded & stored)
+    # markers for every array a launch reads or writes: they live as long as the Tape, so a store is
+    # checked against the reads of this launch and of the launches recorded before it
+    marked = sorted(loaded | stored)
     if not marked:
         return kernel, None
     arrays = list(kernel.arrays)
@@ -95,7 +97,8 @@ def violation_check(kernel_name, plan, violations, keep_alive):
             return None
         name, loc = plan.sites[hits[0]]
         return AutodiffRuleError(
-            f"kernel {kernel_name} reads elements of '{name}' and overwrites them in the same launch, so its "
-            f"gradient would be wrong (global data access rule); the store is at {loc}")
+            f"kernel {kernel_name} overwrites elements of '{name}' that were read before under this Tape (in "
+            f"this launch or an earlier one), so the recorded gradients would be wrong (global data access "
+            f"rule); the store is at {loc}")
     check.keep_alive = (violations, keep_alive)
     return check

@@ -293,9 +293,6 @@ def triple_into(y: sp.Array, x: sp.Array):
         x[i] = y[i] * 3.0
 
 
-@pytest.mark.xfail(strict=True, reason="checker gap (spvad/kernel.py _checked_launch): markers live for one "
-                   "launch, so overwriting an array that an earlier launch on the Tape read is not caught, "
-                   "and its gradient is silently wrong")
 def test_overwrite_across_launches_is_checked(rng, debug):
     x = sp.from_numpy(rand(rng, N), needs_grad=True)
     y = sp.ndarray(sp.f32, (N,), needs_grad=True)
