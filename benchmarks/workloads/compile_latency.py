@@ -93,9 +93,12 @@ def _spawn(script, system, cache, cache_dir):
     env = dict(os.environ)
     if cache == "off":
         env["MESA_SHADER_CACHE_DISABLE"] = "true"
+        env["SPVAD_CACHE"] = "0"              # spvad's own compile and pipeline caches off too
     else:
         env.pop("MESA_SHADER_CACHE_DISABLE", None)
+        env.pop("SPVAD_CACHE", None)
         env["MESA_SHADER_CACHE_DIR"] = os.path.join(cache_dir, "mesa")
+        env["SPVAD_CACHE_DIR"] = os.path.join(cache_dir, "spvad")   # private, like the peers' caches
     cmd = [sys.executable, script, "--compile-child", system, "--cache", cache, "--cache-dir", cache_dir]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     for line in p.stdout.splitlines():
