@@ -1,7 +1,6 @@
 """IR -> SPIR-V lowering: every Op for every dtype it accepts, every statement kind, buffers, push
 constants, atomics and adstacks; each module must pass spirv-val (vulkan1.1), and a few run on Vulkan
 against the IR interpreter."""
-import contextlib
 import itertools
 import os
 import re
@@ -17,110 +16,16 @@ from spvad.spirv import tools
 from spvad.spirv.lower import LoweringError, lower_task
 from spvad.spirv.lower_ops import LOWER
 
+from irbuild import KernelBuilder
+
 NO_ATOMIC_F32 = {"float64": True, "int64": True, "atomic_float32_add": False}
 ATOMIC_F32 = {"float64": True, "int64": True, "atomic_float32_add": True}
 
 
-# ---- a small IR builder --------------------------------------------------------------------------------
-class KB:
-    """Appends statements to the current block; loops and ifs are context managers."""
-
-    def __init__(self, name="k"):
-        self.kernel = N.Kernel(name, [], [], [])
-        self.cur = self.task = None
-
+# ---- the IR builder: arrays carry .grad and .dual buffers, so every field can be lowered -----------------
+class KB(KernelBuilder):
     def array(self, name, dtype=T.f32, ndim=1):
-        a = N.ArrayParam(name, dtype, ndim, len(self.kernel.arrays), needs_grad=True, needs_dual=True)
-        self.kernel.arrays.append(a)
-        return a
-
-    def scalar(self, name, dtype=T.i32):
-        p = N.ScalarParam(name, dtype, len(self.kernel.scalars))
-        self.kernel.scalars.append(p)
-        return p
-
-    def parallel(self, n):
-        """A parallel task of `n` threads (an int, or an array: its first dimension); returns the tid."""
-        self._task("parallel")
-        self.task.num_threads = self.shape(n, 0) if isinstance(n, N.ArrayParam) else self.const(n)
-        self.cur = self.task.body
-        return self.add(N.ThreadIndex())
-
-    def serial(self):
-        self._task("serial")
-        self.task.num_threads = self.const(1)
-        self.cur = self.task.body
-
-    def _task(self, kind):
-        self.task = N.Task(f"t{len(self.kernel.tasks)}", kind, N.Block(), None, N.Block())
-        self.kernel.tasks.append(self.task)
-        self.cur = self.task.header
-
-    def add(self, s):
-        return self.cur.append(s)
-
-    def const(self, v, dtype=None):
-        dtype = dtype or (T.u1 if isinstance(v, bool) else T.i32 if isinstance(v, int) else T.f32)
-        return self.add(N.Const(v, dtype))
-
-    def arg(self, p):
-        return self.add(N.ScalarArg(p))
-
-    def shape(self, a, axis=0):
-        return self.add(N.ArrayShape(a, axis))
-
-    def op(self, op, *args, dtype=None):
-        return self.add(N.Compute(op, tuple(args), dtype or result_dtype(op, [a.dtype for a in args])))
-
-    def load(self, a, *idx, field="primal"):
-        return self.add(N.GlobalLoad(a, tuple(idx), field))
-
-    def store(self, a, idx, v, field="primal"):
-        return self.add(N.GlobalStore(a, idx if isinstance(idx, tuple) else (idx,), v, field))
-
-    def atomic(self, kind, a, idx, v, field="primal"):
-        return self.add(N.AtomicRMW(kind, a, idx if isinstance(idx, tuple) else (idx,), v, field))
-
-    def alloca(self, dtype, name=""):
-        return self.add(N.Alloca(dtype, name))
-
-    def lload(self, slot):
-        return self.add(N.LocalLoad(slot))
-
-    def lstore(self, slot, v):
-        return self.add(N.LocalStore(slot, v))
-
-    @contextlib.contextmanager
-    def nested(self, block):
-        outer, self.cur = self.cur, block
-        try:
-            yield
-        finally:
-            self.cur = outer
-
-    @contextlib.contextmanager
-    def range_for(self, begin, end, step=1):
-        loop = self.add(N.RangeFor(begin, end, step, N.Block()))
-        with self.nested(loop.body):
-            yield self.add(N.LoopIndex(loop))
-
-    @contextlib.contextmanager
-    def while_(self):
-        loop = self.add(N.While(N.Block()))
-        with self.nested(loop.body):
-            yield loop
-
-    def if_(self, cond):
-        return self.add(N.If(cond, N.Block(), N.Block()))
-
-    def brk(self):
-        return self.add(N.Break())
-
-    def cont(self):
-        return self.add(N.Continue())
-
-    def adstack(self, dtype, capacity, name="", spec_id=None):
-        return self.add(N.AdStackAlloca(dtype, capacity, name, spec_id))
+        return super().array(name, dtype, ndim, needs_grad=True, needs_dual=True)
 
 
 def lower_ok(kb, task=0, **kw):
@@ -289,7 +194,7 @@ def test_if_with_both_branches_terminating_skips_the_rest():
     i = kb.parallel(x)
     acc = kb.alloca(T.i32, "acc")
     with kb.while_():
-        s = kb.if_(kb.op(Op.GT, kb.lload(acc), kb.load(x, i)))
+        s = kb.if_stmt(kb.op(Op.GT, kb.lload(acc), kb.load(x, i)))
         with kb.nested(s.then_body):
             kb.brk()
         with kb.nested(s.else_body):
@@ -306,9 +211,9 @@ def test_if_without_else_and_nested_ifs():
     kb = KB()
     x = kb.array("x", T.f32)
     i = kb.parallel(x)
-    s = kb.if_(kb.op(Op.LT, kb.load(x, i), kb.const(0.0)))
+    s = kb.if_stmt(kb.op(Op.LT, kb.load(x, i), kb.const(0.0)))
     with kb.nested(s.then_body):
-        t = kb.if_(kb.op(Op.EQ, i, kb.const(3)))
+        t = kb.if_stmt(kb.op(Op.EQ, i, kb.const(3)))
         with kb.nested(t.else_body):
             kb.store(x, i, kb.const(1.0))
     _, text = lower_ok(kb)
@@ -322,11 +227,11 @@ def test_nested_range_for_with_negative_step():
     i = kb.parallel(x)
     acc = kb.alloca(T.i32, "acc")
     with kb.range_for(i, kb.arg(n)) as j:
-        s = kb.if_(kb.op(Op.EQ, kb.op(Op.MOD, j, kb.const(3)), kb.const(1)))
+        s = kb.if_stmt(kb.op(Op.EQ, kb.op(Op.MOD, j, kb.const(3)), kb.const(1)))
         with kb.nested(s.then_body):
             kb.cont()
         with kb.range_for(j, kb.const(-3), -2) as k:
-            s = kb.if_(kb.op(Op.EQ, k, kb.const(4)))
+            s = kb.if_stmt(kb.op(Op.EQ, k, kb.const(4)))
             with kb.nested(s.then_body):
                 kb.brk()
             kb.lstore(acc, kb.op(Op.ADD, kb.lload(acc), kb.op(Op.MUL, k, j)))
@@ -343,10 +248,10 @@ def test_while_with_break_continue_and_infinite_while():
     v = kb.alloca(T.i32, "v")
     kb.lstore(v, kb.load(x, i))
     with kb.while_():
-        s = kb.if_(kb.op(Op.LE, kb.lload(v), kb.const(1)))
+        s = kb.if_stmt(kb.op(Op.LE, kb.lload(v), kb.const(1)))
         with kb.nested(s.then_body):
             kb.brk()
-        s = kb.if_(kb.op(Op.EQ, kb.op(Op.MOD, kb.lload(v), kb.const(2)), kb.const(0)))
+        s = kb.if_stmt(kb.op(Op.EQ, kb.op(Op.MOD, kb.lload(v), kb.const(2)), kb.const(0)))
         with kb.nested(s.then_body):
             kb.lstore(v, kb.op(Op.FLOORDIV, kb.lload(v), kb.const(2)))
             kb.cont()
@@ -614,18 +519,18 @@ def test_control_flow_on_device(device, rng):
     i = kb.parallel(x)
     acc = kb.alloca(T.i32, "acc")
     with kb.range_for(i, kb.arg(n)) as j:
-        s = kb.if_(kb.op(Op.EQ, kb.op(Op.MOD, j, kb.const(3)), kb.const(1)))
+        s = kb.if_stmt(kb.op(Op.EQ, kb.op(Op.MOD, j, kb.const(3)), kb.const(1)))
         with kb.nested(s.then_body):
             kb.cont()
         with kb.range_for(j, kb.const(-3), -2) as k:
-            s = kb.if_(kb.op(Op.EQ, k, kb.const(4)))
+            s = kb.if_stmt(kb.op(Op.EQ, k, kb.const(4)))
             with kb.nested(s.then_body):
                 kb.brk()
             kb.lstore(acc, kb.op(Op.ADD, kb.lload(acc), kb.op(Op.MUL, k, kb.load(x, i))))
         w = kb.alloca(T.i32, "w")
         kb.lstore(w, j)
         with kb.while_():
-            s = kb.if_(kb.op(Op.LE, kb.lload(w), kb.const(1)))
+            s = kb.if_stmt(kb.op(Op.LE, kb.lload(w), kb.const(1)))
             with kb.nested(s.then_body):
                 kb.brk()
             kb.lstore(w, kb.op(Op.FLOORDIV, kb.lload(w), kb.const(2)))
