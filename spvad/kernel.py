@@ -6,7 +6,7 @@ import weakref
 
 import numpy as np
 
-from . import cache, runtime
+from . import cache, runtime, tape
 from . import types as T
 from .compiler import compile_kernel
 from .errors import ArgumentError
@@ -157,7 +157,6 @@ class Kernel:
 
     # ---- launch ----
     def __call__(self, *args):
-        from . import tape
         mode = tape.forward_mode_active()
         if mode is not None:
             mode.prepare(self.arrays_of(args))
@@ -189,7 +188,6 @@ class Kernel:
 
     def _checked_launch(self, specs, arrays, scalars):
         """Run the instrumented variant that detects a read element being overwritten (debug only)."""
-        from . import tape
         from .autodiff.validation import violation_check
         from .ndarray import Ndarray
         everything = arrays + [obj for _, obj in self._compiled(specs).captured]

@@ -4,7 +4,7 @@ import ast
 
 from .. import types as T
 from . import nodes as N
-from .emit import PY_SCALARS
+from .emit import PY_SCALARS, py_dtype
 from .frontend_values import ENDED, PURE_KINDS, FieldRef, Lazy, ShapeRef
 from .frontend_vectors import VecArg, VecSlots, VecValue, is_constant_vector
 
@@ -217,7 +217,6 @@ class ExprsMixin:
     def typed_probe(self, v):
         if isinstance(v, N.Stmt):
             return v.dtype
-        from .emit import py_dtype
         return py_dtype(v)
 
 
