@@ -39,7 +39,7 @@ class _Ones:
 class StackSizer:
     """Creates the AdStackAllocas of a gradient task and computes their capacities."""
 
-    def __init__(self, task, activity, ad_stack_size=None):
+    def __init__(self, task, ad_stack_size=None):
         self.task, self.fixed = task, ad_stack_size
         self.single_store = {}
         stores = {}

@@ -37,7 +37,7 @@ class _Reverser(Emitter):
         super().__init__()
         self.kernel, self.task = kernel, task
         self.act = Activity(task)
-        self.sizer = StackSizer(task, self.act, **sizer_options)
+        self.sizer = StackSizer(task, **sizer_options)
         self.top = []          # statements placed at the top of the gradient body (allocas, stacks)
         self.slots = {}        # forward Alloca -> its clone (one per task: slots are shared by all replays)
         self.adj = {}          # active value or slot -> adjoint Alloca
