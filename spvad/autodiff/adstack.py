@@ -40,7 +40,7 @@ class StackSizer:
     """Creates the AdStackAllocas of a gradient task and computes their capacities."""
 
     def __init__(self, task, ad_stack_size=None):
-        self.task, self.fixed = task, ad_stack_size
+        self.fixed = ad_stack_size
         self.single_store = {}
         stores = {}
         loops_of = {}
