@@ -20,6 +20,8 @@ kernel (the device stays usable). Backends are imported lazily: importing ``spva
 """
 from abc import ABC, abstractmethod
 
+from ..errors import DeviceError
+
 
 class Buffer(ABC):
     """A storage buffer in host-visible memory. ``nbytes`` is the size requested at creation."""
@@ -31,10 +33,26 @@ class Buffer(ABC):
         """A zero-copy numpy array of ``nbytes // itemsize`` elements over the mapping.
         Valid until ``release()`` or the device's ``close()``; sync before reading device results."""
 
+    @property
+    @abstractmethod
+    def released(self):
+        """True once ``release()`` was called (or the device closed)."""
+
     @abstractmethod
     def release(self):
         """Free the buffer (deferred until the next sync if recorded launches may still use it).
         Idempotent. Views must not be used afterwards."""
+
+
+def check_transfer(nbytes, offset, *buffers):
+    """The checks copy_buffer and fill_buffer share: whole words, live buffers, inside every buffer."""
+    if nbytes % 4 or offset % 4 or nbytes < 0 or offset < 0:
+        raise DeviceError(f"transfers take whole 32-bit words: offset {offset}, {nbytes} bytes")
+    for b in buffers:
+        if b.released:
+            raise DeviceError("transfer with a released buffer")
+        if offset + nbytes > b.nbytes:
+            raise DeviceError(f"transfer of {nbytes} bytes at offset {offset} past the end of {b!r}")
 
 
 class Pipeline(ABC):
@@ -81,6 +99,16 @@ class Device(ABC):
         """Record one dispatch of ``groups`` = (x, y, z) workgroups with ``buffers`` bound to
         bindings 0..n-1 and ``push_constants`` bytes. Asynchronous: runs at the next ``sync``.
         Raises DeviceError if a group count exceeds the device limit (fold into 2-D first)."""
+
+    @abstractmethod
+    def copy_buffer(self, src, dst, nbytes):
+        """Record a copy of the first ``nbytes`` bytes (a multiple of 4) of ``src`` into ``dst``, ordered
+        with the launches around it like a launch. Asynchronous: runs at the next ``sync``."""
+
+    @abstractmethod
+    def fill_buffer(self, buf, offset, nbytes, word):
+        """Record writing the 32-bit ``word`` over ``nbytes`` bytes of ``buf`` from ``offset`` (both
+        multiples of 4), ordered like a launch. Asynchronous: runs at the next ``sync``."""
 
     @abstractmethod
     def sync(self):

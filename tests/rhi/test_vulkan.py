@@ -384,3 +384,41 @@ def test_pipeline_cache_persists_across_devices(tmp_path):
     files[0].write_bytes(b"\x00" * 64)   # corrupt: the next device still starts
     d = make_device(pipeline_cache_dir=str(tmp_path))
     d.close()
+
+
+def test_copy_and_fill_are_ordered_with_launches(dev):
+    """launch (C = A + B) -> copy C into D -> fill C -> launch (C = A + D) -> copy, all before one sync:
+    each command sees the one before it (synchronization validation checks the barriers)."""
+    n = 1000
+    rng = np.random.default_rng(7)
+    a, b = rng.uniform(1, 2, n).astype(np.float32), rng.uniform(1, 2, n).astype(np.float32)
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    A, B, C, D, E = upload(dev, a), upload(dev, b), *(dev.create_buffer(4 * n) for _ in range(3))
+    dev.launch(pipe, [A, B, C], struct.pack("<I", n), groups_for(n))
+    dev.copy_buffer(C, D, 4 * n)
+    dev.fill_buffer(C, 0, 4 * n, 0)
+    dev.copy_buffer(C, E, 4 * n)          # the zeros, not A + B
+    dev.launch(pipe, [A, D, C], struct.pack("<I", n), groups_for(n))
+    dev.fill_buffer(D, 8, 8, np.float32(-1.5).view(np.uint32).item())   # words 2 and 3 only
+    dev.sync()
+    np.testing.assert_array_equal(E.view(np.float32), np.zeros(n, np.float32))
+    np.testing.assert_array_equal(C.view(np.float32), a + (a + b))
+    expect = a + b
+    expect[2:4] = -1.5
+    np.testing.assert_array_equal(D.view(np.float32), expect)
+
+
+@pytest.mark.parametrize("call", [lambda d, x: d.copy_buffer(x, x, 6), lambda d, x: d.fill_buffer(x, 2, 4, 0),
+                                  lambda d, x: d.copy_buffer(x, d.create_buffer(4), 64),
+                                  lambda d, x: d.fill_buffer(x, 64, 4, 0)],
+                         ids=["odd-size", "odd-offset", "past-dst", "past-end"])
+def test_bad_transfers_are_refused(dev, call):
+    with pytest.raises(DeviceError, match="words|past the end"):
+        call(dev, dev.create_buffer(64))
+
+
+def test_transfer_with_released_buffer_is_refused(dev):
+    buf = dev.create_buffer(64)
+    buf.release()
+    with pytest.raises(DeviceError, match="released"):
+        dev.fill_buffer(buf, 0, 4, 0)

@@ -8,7 +8,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from ...errors import DeviceError
-from ..base import Buffer, Device
+from ..base import Buffer, Device, check_transfer
 from .program import ProgramMixin, error_text
 from .translate import METAL_FEATURES, MSL_VERSION
 
@@ -77,6 +77,10 @@ class MetalBuffer(Buffer):
         dtype = np.dtype(dtype)
         return np.frombuffer(self._memory, dtype=dtype, count=self.nbytes // dtype.itemsize)
 
+    @property
+    def released(self):
+        return self._mtl is None
+
     def release(self):
         # Command buffers retain the MTLBuffers they use: recorded launches stay valid.
         if self._mtl is not None:
@@ -85,6 +89,7 @@ class MetalBuffer(Buffer):
 
     def __repr__(self):
         return f"<MetalBuffer {self.nbytes} bytes{' released' if self._mtl is None else ''}>"
+
 
 
 class MetalDevice(ProgramMixin, Device):
@@ -164,6 +169,41 @@ class MetalDevice(ProgramMixin, Device):
         self._cmd.commit()
         self._committed.append(self._cmd)
         self._cmd = self._enc = None
+
+    def _blit(self, record):
+        """Record one blit command in a command buffer of its own (the queue keeps launch order)."""
+        self._check_open()
+        with self._pool():
+            if self._enc is not None:
+                self._flush()
+            cmd = self._queue.commandBuffer()
+            blit = cmd.blitCommandEncoder()
+            record(blit)
+            blit.endEncoding()
+            cmd.commit()
+            self._committed.append(cmd)
+
+    def copy_buffer(self, src, dst, nbytes):
+        """See base.Device.copy_buffer."""
+        check_transfer(nbytes, 0, src, dst)
+        if nbytes:
+            self._blit(lambda b: b.copyFromBuffer_sourceOffset_toBuffer_destinationOffset_size_(
+                src._mtl, 0, dst._mtl, 0, nbytes))
+
+    def fill_buffer(self, buf, offset, nbytes, word):
+        """See base.Device.fill_buffer. A blit fills bytes; other words are copied from a staging buffer."""
+        check_transfer(nbytes, offset, buf)
+        word &= 0xFFFFFFFF
+        if not nbytes:
+            return
+        if word in (0, 0xFFFFFFFF):
+            self._blit(lambda b: b.fillBuffer_range_value_(buf._mtl, (offset, nbytes), word & 0xFF))
+            return
+        staging = self.create_buffer(nbytes)
+        staging.view(np.uint32)[:] = word
+        self._blit(lambda b: b.copyFromBuffer_sourceOffset_toBuffer_destinationOffset_size_(
+            staging._mtl, 0, buf._mtl, offset, nbytes))
+        staging.release()   # the command buffer retains the MTLBuffer
 
     def sync(self):
         self._check_open()

@@ -50,6 +50,10 @@ class VulkanBuffer(Buffer):
         dtype = np.dtype(dtype)
         return np.frombuffer(self._mapped, dtype=dtype, count=self.nbytes // dtype.itemsize)
 
+    @property
+    def released(self):
+        return self._handle is None
+
     def release(self):
         if self._handle is not None:
             self._device._release_buffer(self)

@@ -14,12 +14,16 @@ bind the same buffers, e.g. a forward kernel and its gradient kernel.
 import struct
 
 from ...errors import DeviceError, PipelineCreationError
-from ..base import Pipeline
+from ..base import Pipeline, check_transfer
 from .vkapi import NULL, VK_ERRORS, WHOLE_SIZE, call, check, ffi, lib, result_of, vk, void_ptr
 
 BIND_COMPUTE = lib.VK_PIPELINE_BIND_POINT_COMPUTE
 STAGE_COMPUTE = lib.VK_SHADER_STAGE_COMPUTE_BIT
 PIPE_COMPUTE = lib.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+PIPE_TRANSFER = lib.VK_PIPELINE_STAGE_TRANSFER_BIT
+ANY_WRITE = lib.VK_ACCESS_SHADER_WRITE_BIT | lib.VK_ACCESS_TRANSFER_WRITE_BIT
+TRANSFER_ACCESS = lib.VK_ACCESS_TRANSFER_READ_BIT | lib.VK_ACCESS_TRANSFER_WRITE_BIT
+ANY_ACCESS = TRANSFER_ACCESS | lib.VK_ACCESS_SHADER_READ_BIT | lib.VK_ACCESS_SHADER_WRITE_BIT
 STORAGE_BUFFER = lib.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
 SPIRV_MAGIC = 0x07230203
 MAX_IN_FLIGHT = 3              # early-submitted batches before recording waits for the oldest
@@ -111,8 +115,14 @@ class ProgramMixin:
             dstAccessMask=lib.VK_ACCESS_SHADER_READ_BIT | lib.VK_ACCESS_SHADER_WRITE_BIT)
         self._mb_c2c_ptr = ffi.addressof(self._mb_c2c)
         self._bound = None         # (pipeline, descriptor set) bound in the current command buffer
-        self._mb_c2h = vk.VkMemoryBarrier(srcAccessMask=lib.VK_ACCESS_SHADER_WRITE_BIT,
-                                          dstAccessMask=lib.VK_ACCESS_HOST_READ_BIT)
+        self._mb_c2h = vk.VkMemoryBarrier(srcAccessMask=ANY_WRITE, dstAccessMask=lib.VK_ACCESS_HOST_READ_BIT)
+        # Around a transfer (copy_buffer, fill_buffer): launches and transfers before it, then after it.
+        self._mb_to_transfer = vk.VkMemoryBarrier(srcAccessMask=ANY_WRITE, dstAccessMask=TRANSFER_ACCESS)
+        self._mb_to_transfer_ptr = ffi.addressof(self._mb_to_transfer)
+        self._mb_from_transfer = vk.VkMemoryBarrier(srcAccessMask=lib.VK_ACCESS_TRANSFER_WRITE_BIT,
+                                                    dstAccessMask=ANY_ACCESS)
+        self._mb_from_transfer_ptr = ffi.addressof(self._mb_from_transfer)
+        self._copy_region = ffi.new("VkBufferCopy *")
         self._mb_c2h_ptr = ffi.addressof(self._mb_c2h)
         self._begin_info = vk.VkCommandBufferBeginInfo(
             flags=lib.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)
@@ -293,7 +303,7 @@ class ProgramMixin:
         """End the current command buffer with a COMPUTE->HOST barrier and submit it (no wait)."""
         frame, cmd, self._recorded = self._frame, self._cmd, 0
         self._frame = self._cmd = self._bound = None
-        lib.vkCmdPipelineBarrier(cmd, PIPE_COMPUTE, lib.VK_PIPELINE_STAGE_HOST_BIT, 0,
+        lib.vkCmdPipelineBarrier(cmd, PIPE_COMPUTE | PIPE_TRANSFER, lib.VK_PIPELINE_STAGE_HOST_BIT, 0,
                                  1, self._mb_c2h_ptr, 0, NULL, 0, NULL)
         mark = self._collector.mark()
         fn_name, r = "vkEndCommandBuffer", lib.vkEndCommandBuffer(cmd)
@@ -352,4 +362,32 @@ class ProgramMixin:
         self._recorded += 1
         if self._recorded >= self.flush_every:
             self._flush()
+
+
+    # -- transfers (the Tape's checkpoints and gradient clears) ----------------------------------------
+    def _transfer(self, record):
+        """Record one transfer command between barriers that order it with every launch and transfer."""
+        cmd = self._cmd if self._cmd is not None else self._begin()
+        stages = PIPE_COMPUTE | PIPE_TRANSFER
+        lib.vkCmdPipelineBarrier(cmd, stages, PIPE_TRANSFER, 0, 1, self._mb_to_transfer_ptr, 0, NULL, 0, NULL)
+        record(cmd)
+        lib.vkCmdPipelineBarrier(cmd, PIPE_TRANSFER, stages, 0, 1, self._mb_from_transfer_ptr, 0, NULL, 0, NULL)
+        self._recorded += 1
+        if self._recorded >= self.flush_every:
+            self._flush()
+
+    def copy_buffer(self, src, dst, nbytes):
+        """See base.Device.copy_buffer (vkCmdCopyBuffer)."""
+        check_transfer(nbytes, 0, src, dst)
+        if not nbytes:
+            return
+        region = self._copy_region
+        region.srcOffset, region.dstOffset, region.size = 0, 0, nbytes
+        self._transfer(lambda cmd: lib.vkCmdCopyBuffer(cmd, src._handle, dst._handle, 1, region))
+
+    def fill_buffer(self, buf, offset, nbytes, word):
+        """See base.Device.fill_buffer (vkCmdFillBuffer)."""
+        check_transfer(nbytes, offset, buf)
+        if nbytes:
+            self._transfer(lambda cmd: lib.vkCmdFillBuffer(cmd, buf._handle, offset, nbytes, word & 0xFFFFFFFF))
 
