@@ -1,4 +1,5 @@
-"""simplify: constant folding, exact algebraic identities, CSE, static-if folding and dead-code elimination.
+"""simplify: constant folding, exact algebraic identities, CSE, static-if folding, store-to-load forwarding
+and dead-code elimination.
 
 Folding evaluates with interp.EVAL so it can never disagree with the oracle. Values are only replaced by
 values that dominate them (defined earlier in the same or an enclosing block of the same task part).
@@ -8,7 +9,8 @@ from .interp import eval_op, to_scalar
 from .ops import Op
 
 PURE = (N.Const, N.ScalarArg, N.ArrayShape, N.ThreadIndex, N.LoopIndex, N.Compute)
-# Removable when unused (reads without side effects). GlobalLoads are never CSE'd (a store may intervene).
+# Removable when unused (reads without side effects). GlobalLoads are never CSE'd (a store may intervene);
+# a load of the element this thread just stored takes the stored value (see _Rewriter.memory).
 DEAD_IF_UNUSED = PURE + (N.LocalLoad, N.GlobalLoad, N.AdStackLoadTop, N.AdStackLoadTopAdj)
 MAX_ROUNDS = 8
 
@@ -135,13 +137,16 @@ class _Rewriter:
         self.changed = False
 
     def run(self):
-        self.block(self.task.header, {})
+        self.block(self.task.header, {}, {})
         self.task.num_threads = self.repl.get(self.task.num_threads, self.task.num_threads)
-        self.block(self.task.body, {})
+        self.block(self.task.body, {}, {})
         return self.changed
 
-    def block(self, block, scope):
-        """Rewrite `block`; `scope` maps CSE keys to the values available here (copied into nested blocks)."""
+    def block(self, block, scope, memory):
+        """Rewrite `block`; `scope` maps CSE keys to the values available here, `memory` an element this
+        thread stored to the stored value (both copied into nested blocks). A load of such an element
+        takes the value: the same number, one load fewer, and a gradient replay that need not re-read
+        an array the launch itself changed."""
         out = []
         pending = list(reversed(block.stmts))
         while pending:
@@ -165,10 +170,23 @@ class _Rewriter:
                 continue
             if key is not None:
                 scope[key] = new
+            if isinstance(new, N.GlobalLoad) and _element(new) in memory:
+                self.replace(s, memory[_element(new)])
+                continue
+            if isinstance(new, (N.GlobalStore, N.AtomicRMW)):
+                _forget(memory, {(new.array, new.field)})
+                if isinstance(new, N.GlobalStore):
+                    memory[_element(new)] = new.value
             if new is not s:
                 self.replace(s, new)
-            for b in new.blocks():
-                self.block(b, dict(scope))
+            if new.blocks():
+                written = _written_in(new)
+                for b in new.blocks():   # a loop body also runs after its own later stores
+                    inner = dict(memory)
+                    if isinstance(new, (N.RangeFor, N.While)):
+                        _forget(inner, written)
+                    self.block(b, dict(scope), inner)
+                _forget(memory, written)
             out.append(new)
         out = _truncate_after_jump(out)
         self.changed |= len(out) != len(block.stmts) or any(x is not y for x, y in zip(out, block.stmts))
@@ -177,6 +195,22 @@ class _Rewriter:
     def replace(self, old, new):
         self.repl[old] = new
         self.changed = True
+
+
+def _element(s):
+    """The element a GlobalLoad/GlobalStore addresses: (array, field, index values)."""
+    return (s.array, s.field, tuple(s.indices))
+
+
+def _written_in(construct):
+    return {(t.array, t.field) for b in construct.blocks() for t in N.walk(b)
+            if isinstance(t, (N.GlobalStore, N.AtomicRMW))}
+
+
+def _forget(memory, arrays):
+    """Drop what `memory` knows of the (array, field) pairs in `arrays` (any index may alias)."""
+    for k in [k for k in memory if k[:2] in arrays]:
+        del memory[k]
 
 
 def _fold(s):
