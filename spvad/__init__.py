@@ -7,7 +7,8 @@ from .lang import (Array, abs, acos, asin, atan, atan2, atomic_add, atomic_max, 
                    rsqrt, select, sign, sin, sinh, sqrt, static, tan, tanh)
 from .ndarray import from_numpy, ndarray
 from .runtime import device_info, init, reset, sync
-from .tape import FwdMode, Tape, grad_for, grad_replaced
+from .fwdmode import FwdMode
+from .tape import Tape, grad_for, grad_replaced
 from .types import Vector, f32, f64, i32, u1, u32, vec2, vec3, vec4
 
 __version__ = "0.1.0"

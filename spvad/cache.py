@@ -162,7 +162,7 @@ def store_compiled(key, ck):
         state = {k: v for k, v in vars(ct).items() if k not in _TRANSIENT}
         tasks.append(state)
     try:
-        payload = pickle.dumps((ck.ir, ck.param_bindings, captured, tasks, ck.check_plan),
+        payload = pickle.dumps((ck.ir, ck.param_bindings, captured, tasks, ck.check_plan, ck.facts),
                                protocol=pickle.HIGHEST_PROTOCOL)
     except (RecursionError, pickle.PicklingError, TypeError, AttributeError):
         return   # an IR too deep or unusual to pickle: just not cached
@@ -176,7 +176,7 @@ def load_compiled(key, kobj, rt):
     from .compiler import CompiledKernel, CompiledTask
     from .spirv import tools
     try:
-        ir, bindings, captured, tasks, plan = pickle.loads(payload)
+        ir, bindings, captured, tasks, plan, facts = pickle.loads(payload)
     except Exception:
         return None
     objs = []
@@ -193,7 +193,7 @@ def load_compiled(key, kobj, rt):
     if rt.validate_spirv:   # every module handed to the driver is validated when validation is on
         for ct in cts:
             tools.validate(ct.lowered.spirv, kernel_name=f"{kobj.name} ({ct.task.name}, cached)")
-    return CompiledKernel(ir, bindings, objs, cts, plan)
+    return CompiledKernel(ir, bindings, objs, cts, plan, facts)
 
 
 def _lookup(fn, name):

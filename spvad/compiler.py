@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .autodiff.adstack import round_up_pow2
+from .autodiff.array_states import ArrayFacts, array_facts
 from .autodiff.forward import forward_task
 from .autodiff.reverse import reverse_task
 from .autodiff.loop_exits import eliminate_loop_exits as _loop_exits_of_task
@@ -194,6 +195,7 @@ class CompiledKernel:
     captured: list
     tasks: list
     check_plan: object = None    # mode "checked": the access checker's extra arrays
+    facts: ArrayFacts = ArrayFacts()   # what a launch writes and (gradients) which array contents it reads
 
 
 def run_passes(kernel, mode, rt, ad_stack_size):
@@ -232,6 +234,9 @@ def make_reverse_kernel(kernel, ad_stack_size, thread_private=True):
     (non-atomic) gradient updates are allowed where indices differ per thread (no aliased arguments)."""
     opts = {"ad_stack_size": ad_stack_size}
     grads = [reverse_task(kernel, t, opts, thread_private) for t in kernel.tasks]
+    for i, g in enumerate(grads):
+        if g is not None:
+            g.source = i
     tasks = [g for g in reversed(grads) if g is not None]
     return N.Kernel(kernel.name + "_grad", kernel.arrays, kernel.scalars, tasks, kernel.filename)
 
@@ -264,8 +269,9 @@ class Lowering:
 
 
 def compile_kernel(kobj, specs, mode, rt, target=None):
-    ir, bindings, captured = build_kernel(kobj.fn, specs)
-    ir = run_passes(ir, mode, rt, kobj.ad_stack_size if kobj.ad_stack_size is not None else rt.ad_stack_size)
+    forward, bindings, captured = build_kernel(kobj.fn, specs)
+    ir = run_passes(forward, mode, rt,
+                    kobj.ad_stack_size if kobj.ad_stack_size is not None else rt.ad_stack_size)
     features = target or rt.device.info["features"]
     tasks = []
     for task in ir.tasks:
@@ -280,4 +286,7 @@ def compile_kernel(kobj, specs, mode, rt, target=None):
             if rt.validate_spirv:
                 tools.validate(ct.depth_probe.spirv, kernel_name=f"{kobj.name} ({task.name} depth probe)")
         tasks.append(ct)
-    return CompiledKernel(ir, bindings, captured, tasks, getattr(ir, "check_plan", None))
+    probes = [(t.source, t.count_kernel[0]) for t in ir.tasks if getattr(t, "count_kernel", None) is not None]
+    facts = array_facts(forward, ir, mode.startswith("reverse"), probes)   # passes change tasks in place
+
+    return CompiledKernel(ir, bindings, captured, tasks, getattr(ir, "check_plan", None), facts)

@@ -6,7 +6,7 @@ import weakref
 
 import numpy as np
 
-from . import cache, runtime, tape
+from . import cache, fwdmode, recording, runtime, tape
 from . import types as T
 from .compiler import compile_kernel
 from .errors import ArgumentError
@@ -157,34 +157,32 @@ class Kernel:
 
     # ---- launch ----
     def __call__(self, *args):
-        mode = tape.forward_mode_active()
+        mode = fwdmode.active()
         if mode is not None:
             mode.prepare(self.arrays_of(args))
             return self.fwd(*args)
-        recording = tape.recording()
+        recorder = recording.current()
         fast = self._replay
         if fast is not None and not tape.validating():
-            if fast.matches(args):
-                fast.run()
-                scalars = fast.scalars
-            else:
-                scalars = fast.run_with_new_scalars(self, args)
-            if scalars is not None:
-                if recording:
-                    arrays = [a for a in args if getattr(a, "_spvad_ndarray", False)]
-                    tape.record(self, args, (fast.specs, arrays, scalars), arrays + fast.captured)
+            scalars = fast.scalars if fast.matches(args) else fast.new_scalars(self, args)
+            if scalars is not None and (scalars is fast.scalars or fast.same_threads(scalars)):
+                entry = recorder and recorder.before_launch(self, fast.specs, fast.arrays(args), scalars, fast.ck)
+                fast.run(args, scalars)
+                if entry:
+                    recorder.after_launch(entry)
                 return
         specs, arrays, scalars = self._bind(args)
         ck = self._compiled(specs)
+        entry = recorder and recorder.before_launch(self, specs, arrays, scalars, ck)
         if tape.validating():
             self._checked_launch(specs, arrays, scalars)
-            return tape.record(self, args, (specs, arrays, scalars), arrays + [obj for _, obj in ck.captured])
-        records = launch(ck, arrays, scalars)
-        immutable = all(isinstance(a, (int, float, bool, np.generic)) or getattr(a, "_spvad_ndarray", False)
-                        for a in args)   # a 0-d numpy array or a list could change in place
-        self._replay = Replay(args, specs, scalars, records, ck) if records is not None and immutable else None
-        if recording:
-            tape.record(self, args, (specs, arrays, scalars), arrays + [obj for _, obj in ck.captured])
+        else:
+            records = launch(ck, arrays, scalars)
+            immutable = all(isinstance(a, (int, float, bool, np.generic)) or getattr(a, "_spvad_ndarray", False)
+                            for a in args)   # a 0-d numpy array or a list could change in place
+            self._replay = Replay(args, specs, scalars, records, ck) if records is not None and immutable else None
+        if entry:
+            recorder.after_launch(entry)
 
     def _checked_launch(self, specs, arrays, scalars):
         """Run the instrumented variant that detects a read element being overwritten (debug only)."""
@@ -204,6 +202,27 @@ class Kernel:
         launch(ck, arrays, scalars, extra=markers + [violations])
         runtime.get().pending_checks.append(violation_check(self.name, plan, violations, markers))
 
+    # ---- what a Tape asks of a launch ----
+    def array_names(self, ck):
+        """Parameter names of the ndarrays of a launch: the arguments, then the captured globals."""
+        return [p.name for kind, p in ck.param_bindings if kind == "array"] + [p.name for p, _ in ck.captured]
+
+    @staticmethod
+    def specs_now(specs, arrays):
+        """`specs` with each ndarray's companions as they are now (a Tape may have added a .grad)."""
+        it, out = iter(arrays), []
+        for s in specs:
+            if isinstance(s, ArraySpec):
+                a = next(it)
+                s = ArraySpec(s.dtype, s.ndim, a.grad is not None, a.dual is not None)
+            out.append(s)
+        return out
+
+    @staticmethod
+    def reverse_mode(everything):
+        """One ndarray bound to two parameters: per-thread gradient updates could race, keep atomics."""
+        return "reverse-aliased" if len({id(a) for a in everything}) < len(everything) else "reverse"
+
     def fwd(self, *args):
         """Launch the forward-mode derivative: computes the primal outputs and, from the inputs' .dual,
         the outputs' .dual (directional derivatives)."""
@@ -212,18 +231,26 @@ class Kernel:
 
     def grad(self, *args):
         """Launch the reverse-mode derivative: reads the outputs' .grad, accumulates into the inputs' .grad."""
-        self.grad_bound(*self._bind(args))
+        specs, arrays, scalars = self._bind(args)
+        everything = arrays + [obj for _, obj in self._compiled(specs).captured]
+        ck = self._compiled(specs, self.reverse_mode(everything))
+        if ck.facts.varied_outputs:
+            raise ArgumentError(
+                f"kernel {self.name}: output '{self.array_names(ck)[ck.facts.varied_outputs[0]]}' has no .grad but its values depend on "
+                "needs-grad inputs, so their gradients would silently miss what flows through it; create it "
+                "with needs_grad=True (or use sp.Tape, which adds a temporary .grad)")
+        self.grad_bound(specs, arrays, scalars)
 
-    def grad_bound(self, specs, arrays, scalars):
-        """`grad` with arguments already checked (a Tape replaying what it recorded)."""
+    def grad_bound(self, specs, arrays, scalars, views=None):
+        """`grad` with arguments already checked (a Tape replaying what it recorded). `views`: array index ->
+        StateView, binding contents a Tape kept instead of the array's current ones."""
         fast = self._grad_replay
-        if fast is not None and fast.rerun(specs, arrays, scalars):
+        if views is None and fast is not None and fast.rerun(specs, arrays, scalars):
             return
         everything = arrays + [obj for _, obj in self._compiled(specs).captured]
-        # one ndarray bound to two parameters: per-thread gradient updates could race, keep atomics
-        aliased = len({id(a) for a in everything}) < len(everything)
-        records = launch(self._compiled(specs, "reverse-aliased" if aliased else "reverse"), arrays, scalars)
-        self._grad_replay = BoundReplay(specs, arrays, records) if records is not None else None
+        ck = self._compiled(specs, self.reverse_mode(everything))
+        records = launch(ck, arrays, scalars, views=views)
+        self._grad_replay = BoundReplay(specs, arrays, records, ck) if records is not None and not views else None
 
     def arrays_of(self, args):
         """The ndarrays a launch with `args` touches, captured globals included."""
@@ -261,11 +288,15 @@ def kernel(fn=None, *, ad_stack_size=None):
     return Kernel(fn, ad_stack_size)
 
 
-def launch(ck, arrays, scalars, extra=()):
-    """Queue every task of a compiled kernel on the device (asynchronous). Returns the recorded dispatches
-    when repeating them needs no host work (no adstacks), else None."""
+def launch(ck, arrays, scalars, extra=(), views=None):
+    """Queue every task of a compiled kernel on the device (asynchronous) and bump the versions of what it
+    writes. Returns the recorded dispatches when repeating them needs no host work (no adstacks), else None.
+    `views`: array index -> an object bound instead of that array (a Tape's kept contents)."""
     rt = runtime.get()
     arrays = arrays + [obj for _, obj in ck.captured] + list(extra)
+    if views:
+        for k, view in views.items():
+            arrays[k] = view
     shapes = [a.storage_shape for a in arrays]   # vector ndarrays add a trailing axis
     records = []
     for ct in ck.tasks:
@@ -295,7 +326,15 @@ def launch(ck, arrays, scalars, extra=()):
         ct.after_launch(rt, spec)
         if records is not None:
             records.append((recorded, ct, spec, low, n, shapes))
+    bump_versions(ck.facts.writes, arrays)
     return records
+
+
+def bump_versions(writes, arrays):
+    """Every (array index, field) a launch can write now holds new contents."""
+    for ai, field in writes:
+        a = arrays[ai]
+        (a if field == "primal" else getattr(a, field)).version += 1
 
 
 class Replay:
@@ -304,9 +343,10 @@ class Replay:
 
     def __init__(self, args, specs, scalars, records, ck):
         self.rt = runtime.current()
-        self.scalars = scalars
+        self.scalars, self.ck = scalars, ck
         self.captured = [obj for _, obj in ck.captured]
         self.args = tuple(weakref.ref(a) if getattr(a, "_spvad_ndarray", False) else a for a in args)
+        self.positions = [k for k, a in enumerate(args) if getattr(a, "_spvad_ndarray", False)]
         self.specs, self.records = specs, records
 
     def matches(self, args):
@@ -317,17 +357,9 @@ class Replay:
                 return False
         return True
 
-    def run(self):
-        rt, device_launch = self.rt, self.rt.device.launch
-        for recorded, ct, spec, *_ in self.records:
-            if recorded is not None:
-                device_launch(*recorded)
-                ct.after_launch(rt, spec)
-
-    def run_with_new_scalars(self, kernel, args):
-        """Same ndarrays, other scalar values of the same dtypes (e.g. a time-step index): check the scalars,
-        pack new push constants, reuse everything else. Returns the scalars, or None (nothing launched) when
-        that does not apply."""
+    def new_scalars(self, kernel, args):
+        """Same ndarrays, other scalar values of the same dtypes (e.g. a time-step index): the checked
+        scalars, or None when that does not apply."""
         if len(args) != len(self.args) or self.rt is not runtime.current():
             return None
         scalars = []
@@ -340,24 +372,45 @@ class Replay:
                 return None
             else:
                 scalars.append(a)
-        return scalars if relaunch(self.rt, self.records, scalars) else None
+        return scalars
+
+    def same_threads(self, scalars):
+        return same_threads(self.records, scalars)
+
+    def arrays(self, args):
+        return [args[k] for k in self.positions]
+
+    def run(self, args, scalars):
+        """Launch again: the recorded dispatches as they are, or with push constants packed for new scalars."""
+        if scalars is self.scalars:
+            rt, device_launch = self.rt, self.rt.device.launch
+            for recorded, ct, spec, *_ in self.records:
+                if recorded is not None:
+                    device_launch(*recorded)
+                    ct.after_launch(rt, spec)
+        else:
+            relaunch(self.rt, self.records, scalars)
+        bump_versions(self.ck.facts.writes, self.arrays(args) + self.captured)
 
 
 class BoundReplay:
     """A gradient launch's dispatches (no adstacks), repeated for already-checked arguments with the same
     ndarrays and scalar dtypes: a Tape replaying a time loop only repacks the push constants."""
 
-    def __init__(self, specs, arrays, records):
+    def __init__(self, specs, arrays, records, ck):
         self.rt = runtime.current()
         self.arrays = [weakref.ref(a) for a in arrays]
         self.dtypes = _scalar_dtypes(specs)
-        self.records = records
+        self.records, self.ck = records, ck
 
     def rerun(self, specs, arrays, scalars):
         if self.rt is not runtime.current() or self.dtypes is None or len(arrays) != len(self.arrays) or any(
-                r() is not a for r, a in zip(self.arrays, arrays)) or _scalar_dtypes(specs) != self.dtypes:
+                r() is not a for r, a in zip(self.arrays, arrays)) or _scalar_dtypes(specs) != self.dtypes or \
+                not same_threads(self.records, scalars):
             return False
-        return relaunch(self.rt, self.records, scalars)
+        relaunch(self.rt, self.records, scalars)
+        bump_versions(self.ck.facts.writes, arrays + [obj for _, obj in self.ck.captured])
+        return True
 
 
 def _scalar_dtypes(specs):
@@ -367,12 +420,13 @@ def _scalar_dtypes(specs):
     return tuple(s for s in specs if isinstance(s, T.DType))
 
 
+def same_threads(records, scalars):
+    """Whether every recorded task keeps its thread count with new scalar values."""
+    return all(ct.num_threads(scalars, shapes) == n for _, ct, _, _, n, shapes in records)
+
+
 def relaunch(rt, records, scalars):
-    """Launch recorded dispatches again with new scalar values, when every task keeps its thread count;
-    False (nothing launched) otherwise."""
-    for _, ct, _, _, n, shapes in records:
-        if ct.num_threads(scalars, shapes) != n:
-            return False
+    """Launch recorded dispatches again with new scalar values (same thread counts: see same_threads)."""
     device_launch = rt.device.launch
     for recorded, ct, spec, low, n, shapes in records:
         if recorded is None:
@@ -382,7 +436,6 @@ def relaunch(rt, records, scalars):
             push = struct.pack(low.push_format, *[_push_value(f, scalars, shapes) for f in low.push_fields])
         device_launch(pipeline, buffers, push, groups)
         ct.after_launch(rt, spec)
-    return True
 
 
 def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=(), local=None):
@@ -400,8 +453,7 @@ def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=(), lo
 
 
 def _buffer(arr, field):
-    companion = arr if field == "primal" else getattr(arr, field)
-    return companion.buffer
+    return arr.buffer if field == "primal" else arr.buffer_for(field)
 
 
 def _push_value(f, scalars, shapes):

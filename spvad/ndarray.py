@@ -1,7 +1,7 @@
 """`sp.ndarray`: a device array with optional `.grad` / `.dual` companions, and its numpy I/O."""
 import numpy as np
 
-from . import runtime
+from . import recording, runtime
 from . import types as T
 from .errors import ArgumentError, DeviceError
 
@@ -48,8 +48,12 @@ class Ndarray:
     """A contiguous device array. Host access (to_numpy, from_numpy, fill, [] get/set) synchronises first.
 
     An ndarray of vectors (`sp.ndarray(sp.vec3, (n,))`) has `shape` (n,) and stores (n, 3) scalars:
-    numpy I/O uses that `storage_shape`, and `a[i]` is a numpy vector."""
+    numpy I/O uses that `storage_shape`, and `a[i]` is a numpy vector.
+
+    `version` counts the writes that may have changed the contents (launches that can store into the
+    array, host writes): a Tape compares versions to know which contents a gradient needs back."""
     _spvad_ndarray = True
+    version = 0
 
     def __init__(self, dtype, shape, needs_grad=False, needs_dual=False):
         self.dtype = _check_dtype(dtype)
@@ -92,6 +96,10 @@ class Ndarray:
     def __repr__(self):
         return f"sp.ndarray({self.dtype}, shape={self.shape}{', needs_grad' if self.grad else ''})"
 
+    def buffer_for(self, field):
+        """The buffer a kernel binding of `field` reads: "final" (what a launch left) is the array's own."""
+        return self.buffer if field in ("primal", "final") else getattr(self, field).buffer
+
     # ---- host access ----
     def _view(self):
         rt = self._runtime
@@ -106,6 +114,13 @@ class Ndarray:
             out = out != 0
         return out.reshape(self.storage_shape)
 
+    def _host_write(self, what, index=None):
+        """Called before a host write: the recording Tape may keep the old contents first."""
+        tape = recording.current()
+        if tape is not None:
+            tape.host_write(self, what, index)
+        self.version += 1
+
     def from_numpy(self, arr):
         arr = np.asarray(arr)
         if arr.shape != self.storage_shape:
@@ -119,7 +134,9 @@ class Ndarray:
                                 "without losing the fraction; cast it first")
         if dt.is_int and arr.size and not (T.fits(arr.min(), dt) and T.fits(arr.max(), dt)):
             raise ArgumentError(f"from_numpy: values in [{arr.min()}, {arr.max()}] do not fit in {self.dtype}")
-        self._view()[:] = arr.reshape(-1).astype(self._np_dtype if not dt.is_bool else bool)
+        data = arr.reshape(-1).astype(self._np_dtype if not dt.is_bool else bool)
+        self._host_write("from_numpy")
+        self._view()[:] = data
         return self
 
     def _checked_scalar(self, value):
@@ -143,7 +160,9 @@ class Ndarray:
         return view.reshape(-1, self.width) if self.width else view
 
     def fill(self, value):
-        self._rows()[:] = self._checked_value(value)
+        value = self._checked_value(value)
+        self._host_write("fill")
+        self._rows()[:] = value
         return self
 
     def _flat_index(self, key):
@@ -167,7 +186,9 @@ class Ndarray:
 
     def __setitem__(self, key, value):
         i = self._flat_index(key)
-        self._rows()[i] = self._checked_value(value)
+        value = self._checked_value(value)
+        self._host_write("setitem", i)
+        self._rows()[i] = value
 
 
 def ndarray(dtype, shape, needs_grad=False, needs_dual=False):

@@ -1,39 +1,43 @@
-"""`sp.Tape` (records launches, runs their gradients in reverse on exit), `sp.FwdMode`, and custom
-gradients (`@sp.grad_replaced` / `@sp.grad_for`)."""
+"""`sp.Tape`: records launches and host writes, keeps the array contents their gradients will need, and
+runs the gradients in reverse order on exit; custom gradients (`@sp.grad_replaced` / `@sp.grad_for`).
+
+Every write bumps an ndarray's `version`. A recorded launch notes the versions its gradient reads (known
+from the compiled gradient: PRE = as the launch found the array, POST = as it left it). Before a later
+launch or host write changes an array whose current version some gradient needs, the Tape copies it on
+the device (`checkpoints.py`); the gradient then binds the copy. So double buffering, in-place updates,
+reused scratch arrays and host writes inside a Tape give the gradients of the program as written.
+"""
 import functools
 
-from . import runtime
-from .errors import ArgumentError
+from . import recording, runtime
+from . import types as T
+from .autodiff.array_states import PRE
+from .checkpoints import Checkpoints, StateView
+from .errors import ArgumentError, AutodiffRuleError
+from .ndarray import Ndarray
 
-_active = []
+HOST_CALLS = {"fill": "{}.fill(...)", "from_numpy": "{}.from_numpy(...)", "setitem": "{}[...] = value"}
 
 
 def validating():
     """True inside a `Tape(validation=True)` when the runtime runs with debug=True, except in the launches
     of a @grad_replaced function: their generated gradients never run (the supplied one does), so the
     data access rule that protects those gradients does not apply to them."""
-    return bool(_active) and _active[-1].validation and not _active[-1].inside_custom and runtime.get().debug
+    tape = recording.current()
+    return tape is not None and tape.validation and not tape.inside_custom and runtime.get().debug
 
 
 def read_marker(array):
     """The validating Tape's marker of which elements of `array` were read (zeros when first asked)."""
-    return _active[-1].read_marker(array)
-
-
-def recording():
-    return bool(_active)
-
-
-def record(kernel, args, bound, arrays):
-    if _active:
-        _active[-1].record(kernel, args, bound, arrays)
+    return recording.current().read_marker(array)
 
 
 class Tape:
-    """`with sp.Tape(loss=loss): forward(...)` zeroes the .grad of every needs-grad ndarray the recorded
-    launches touch, seeds loss.grad = 1 and runs the launches' gradients in reverse order on exit."""
+    """`with sp.Tape(loss=loss): forward(...)` records the launches and host writes inside the block. On
+    exit it zeroes the .grad of every needs-grad ndarray the launches touched, seeds loss.grad = 1 and
+    runs the recorded gradients in reverse order, each seeing the array contents its launch saw."""
 
-    def __init__(self, loss=None, validation=False):
+    def __init__(self, loss=None, validation=False, checkpoint_budget=None):
         if loss is not None:
             if not getattr(loss, "_spvad_ndarray", False):
                 raise ArgumentError(f"Tape(loss=...) needs an sp.ndarray, got {type(loss).__name__}")
@@ -41,49 +45,209 @@ class Tape:
                 raise ArgumentError("Tape(loss=...): the loss ndarray needs needs_grad=True")
             if loss.size != 1:
                 raise ArgumentError(f"Tape(loss=...): the loss must hold a single element, got shape {loss.shape}")
+        if checkpoint_budget is not None and (not isinstance(checkpoint_budget, int) or checkpoint_budget < 0):
+            raise ArgumentError(f"Tape(checkpoint_budget=...) must be a number of bytes >= 0, got "
+                                f"{checkpoint_budget!r}")
         self.loss, self.validation = loss, validation
-        self.launches = []        # (kernel, checked arguments) or (CustomGradient, (args, kwargs))
+        self.entries = []         # LaunchEntry / HostWriteEntry / CustomEntry, in program order
         self.inside_custom = 0
         self.arrays = {}          # id -> every ndarray a recorded launch touched (their grads are zeroed)
+        self.names = {}           # id -> how messages name an ndarray ("'x' (kernel step)")
         self.markers = {}         # id -> (ndarray, its read marker) for the access checker (validation)
+        self.temporary = []       # arrays given a gradient companion for this Tape only
+        self.checkpoints = Checkpoints(checkpoint_budget)
+
+    @property
+    def checkpoint_bytes(self):
+        """Bytes of array contents this Tape kept (device-side copies) for its gradients."""
+        return self.checkpoints.nbytes
 
     def read_marker(self, array):
         entry = self.markers.get(id(array))
         if entry is None:
-            from .ndarray import Ndarray
-            from .types import i32
-            entry = self.markers[id(array)] = (array, Ndarray(i32, array.storage_shape))
+            entry = self.markers[id(array)] = (array, Ndarray(T.i32, array.storage_shape))
         return entry[1]
 
-    def record(self, kernel, args, bound, arrays):
-        for a in arrays:
-            self.arrays[id(a)] = a
-        if not self.inside_custom:   # launches inside a @grad_replaced function only count for zeroing
-            self.launches.append((kernel, bound))
+    def name_of(self, array):
+        return self.names.get(id(array)) or f"an ndarray of shape {array.shape}"
 
+    # ---- recording ----
+    def before_launch(self, kernel, specs, arrays, scalars, ck):
+        """Called before a launch is queued: notes what its gradient reads, gives temporary gradient
+        companions where a gradient would otherwise stop, and keeps what the launch will overwrite.
+        Returns the entry to complete with `after_launch`, or None (launches inside a replaced function)."""
+        everything = arrays + [obj for _, obj in ck.captured]
+        for a, name in zip(everything, kernel.array_names(ck)):
+            self.arrays[id(a)] = a
+            self.names.setdefault(id(a), f"'{name}' (kernel {kernel.name})")
+        entry = None
+        if not self.inside_custom:   # a replaced function's launches only count for zeroing and writes
+            specs, grad_ck = self._gradient_of(kernel, specs, arrays, everything)
+            entry = LaunchEntry(kernel, specs, arrays, scalars, everything)
+            for (ai, field), state in grad_ck.facts.grad_reads.items():
+                if state == PRE:
+                    entry.needs[(ai, field)] = everything[ai].version
+                    self.checkpoints.need(everything[ai], everything[ai].version)
+                else:
+                    entry.post.append((ai, field))
+            self.entries.append(entry)
+        for ai, field in ck.facts.writes:
+            if field == "primal":
+                self.checkpoints.protect(everything[ai], self.names[id(everything[ai])],
+                                         f"the launch of kernel {kernel.name}")
+        return entry
+
+    def after_launch(self, entry):
+        """The contents a launch left, for gradients that read them (atomic max/min winners)."""
+        for ai, field in entry.post:
+            a = entry.everything[ai]
+            entry.needs[(ai, field)] = a.version
+            self.checkpoints.need(a, a.version)
+
+    def _gradient_of(self, kernel, specs, arrays, everything):
+        """(specs, compiled gradient) for a launch, after giving a temporary .grad to every argument that
+        would carry gradient from needs-grad inputs without one (the chain would stop there)."""
+        for _ in range(len(everything) + 1):   # each round adds companions; stops when none is missing
+            specs = kernel.specs_now(specs, arrays)
+            grad_ck = kernel._compiled(specs, kernel.reverse_mode(everything))
+            missing = [ai for ai in grad_ck.facts.varied_outputs if everything[ai].grad is None]
+            if not missing:
+                break
+            for ai in missing:
+                a = everything[ai]
+                if ai >= len(arrays):
+                    raise AutodiffRuleError(
+                        f"sp.Tape: kernel {kernel.name} writes values that depend on needs-grad inputs into the "
+                        f"global ndarray {self.name_of(a)}, which has no .grad: the gradient would stop there. "
+                        "Create it with needs_grad=True")
+                a.grad = Ndarray(a.dtype, a.shape)
+                self.temporary.append(a)
+        if grad_ck.facts.grad_middle:
+            a = everything[grad_ck.facts.grad_middle[0]]
+            raise AutodiffRuleError(
+                f"sp.Tape: the gradient of kernel {kernel.name} reads {self.name_of(a)} as one of its top-level "
+                "loops left it, but a later loop of the same kernel overwrites it; no copy taken between "
+                "launches can provide those contents. Split the kernel into one launch per loop")
+        return specs, grad_ck
+
+    def host_write(self, array, what, index):
+        """Called by ndarray before `fill`, `from_numpy` or `a[i] = v` changes `array`."""
+        call = HOST_CALLS[what].format(self.name_of(array))
+        if validating() and id(array) in self.markers:
+            marks = self.markers[id(array)][1].to_numpy().reshape(array.size // max(array.width, 1) or 1, -1)
+            if (marks if index is None else marks[index]).any():
+                raise AutodiffRuleError(
+                    f"{call} overwrites elements of {self.name_of(array)} that a recorded launch read before "
+                    "under this Tape (global data access rule): the Tape keeps a copy so the gradient stays "
+                    "right, at the cost of memory; write the new values into another array to avoid it")
+        self.checkpoints.protect(array, self.name_of(array), f"the host write {call}")
+        if array.grad is not None:
+            self.entries.append(HostWriteEntry(array, index))
+
+    # ---- the with-block ----
     def __enter__(self):
-        _active.append(self)
+        recording.active.append(self)
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        _active.remove(self)
+        recording.active.remove(self)
         if exc_type is not None:
+            self._release()
             return False
         self.backward()
         return False
 
     def backward(self):
-        for a in self.arrays.values():
-            if a.grad is not None:
-                a.grad.fill(0)
-        if self.loss is not None:
-            self.loss.grad.fill(1)
-        for kernel, args in reversed(self.launches):
-            if isinstance(kernel, CustomGradient):
-                kernel.backward(*args)
+        try:
+            device = runtime.get().device
+            for a in self.arrays.values():
+                if a.grad is not None:
+                    zero(device, a.grad)
+            if self.loss is not None:
+                self.loss.grad.fill(1)
+            for entry in reversed(self.entries):
+                entry.backward(self)
+            runtime.sync()
+        finally:
+            self._release()
+
+    def _release(self):
+        self.checkpoints.release()
+        for a in self.temporary:
+            a.grad = None
+        self.temporary = []
+
+
+def zero(device, array, first=0, count=None):
+    """Zero `count` scalars of `array` from scalar `first` (all by default), on the device, in launch order."""
+    item = array._np_dtype.itemsize
+    count = array.size - first if count is None else count
+    device.fill_buffer(array.buffer, first * item, count * item, 0)
+    array.version += 1
+
+
+class LaunchEntry:
+    def __init__(self, kernel, specs, arrays, scalars, everything):
+        self.kernel, self.specs, self.arrays, self.scalars = kernel, specs, arrays, scalars
+        self.everything = everything   # arrays + captured globals, as kernel.arrays indexes them
+        self.needs = {}                # (array index, field) -> version the gradient reads
+        self.post = []                 # (array index, field) read as the launch left them
+
+    def backward(self, tape):
+        buffers = {}
+        for (ai, field), version in self.needs.items():
+            a = self.everything[ai]
+            buffers.setdefault(ai, {})[field] = tape.checkpoints.buffer_of(a, version, tape.name_of(a),
+                                                                           self.kernel.name)
+        views = {}
+        for ai, fields in buffers.items():
+            a = self.everything[ai]
+            primal, final = fields.get("primal", a.buffer), fields.get("final", a.buffer)
+            if primal is not a.buffer or final is not a.buffer:
+                views[ai] = StateView(a, primal, final)
+        self.kernel.grad_bound(self.specs, self.arrays, self.scalars, views or None)
+
+
+class HostWriteEntry:
+    """A host write's gradient: the overwritten values no longer reach the loss, so their .grad is cleared."""
+
+    def __init__(self, array, index):
+        self.array, self.index = array, index
+
+    def backward(self, tape):
+        a, width = self.array, max(self.array.width, 1)
+        if a.grad is not None:
+            if self.index is None:
+                zero(runtime.get().device, a.grad)
             else:
-                kernel.grad_bound(*args)
-        runtime.sync()
+                zero(runtime.get().device, a.grad, self.index * width, width)
+
+
+class CustomEntry:
+    """A call of a @grad_replaced function: its @grad_for function runs on the contents the call left."""
+
+    def __init__(self, fn, args, kwargs):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.needs = []   # (ndarray argument, version after the call)
+
+    def ndarrays(self):
+        return [a for a in list(self.args) + list(self.kwargs.values()) if getattr(a, "_spvad_ndarray", False)]
+
+    def backward(self, tape):
+        """Put back the contents the call left where later writes changed them, run the supplied gradient,
+        then restore the final contents (the user's arrays end as the forward left them)."""
+        device, swaps = runtime.get().device, []
+        for a, version in self.needs:
+            if a.version != version:
+                kept = tape.checkpoints.buffer_of(a, version, tape.name_of(a), self.fn.fn.__name__)
+                final = device.create_buffer(a.buffer.nbytes)
+                device.copy_buffer(a.buffer, final, a.buffer.nbytes)
+                device.copy_buffer(kept, a.buffer, a.buffer.nbytes)
+                swaps.append((a, final))
+        self.fn.backward(self.args, self.kwargs)
+        for a, final in swaps:
+            device.copy_buffer(final, a.buffer, a.buffer.nbytes)
+            final.release()
 
 
 class CustomGradient:
@@ -95,16 +259,22 @@ class CustomGradient:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
-        tape = _active[-1] if _active else None
+        tape = recording.current()
         if tape is None:
             return self.fn(*args, **kwargs)
+        entry = None
         if not tape.inside_custom:   # nested in another replaced function: the outer gradient covers it
-            tape.launches.append((self, (args, kwargs)))
+            entry = CustomEntry(self, args, kwargs)
+            tape.entries.append(entry)
         tape.inside_custom += 1
         try:
             return self.fn(*args, **kwargs)
         finally:
             tape.inside_custom -= 1
+            if entry is not None:
+                for a in entry.ndarrays():
+                    entry.needs.append((a, a.version))
+                    tape.checkpoints.need(a, a.version)
 
     def backward(self, args, kwargs):
         if self.grad_fn is None:
@@ -124,51 +294,3 @@ def grad_for(primal):
         primal.grad_fn = grad_fn
         return grad_fn
     return register
-
-
-_forward = []
-
-
-def forward_mode_active():
-    return _forward[-1] if _forward else None
-
-
-class FwdMode:
-    """`with sp.FwdMode(loss=y, param=x, seed=[...]):` kernels launched inside run in forward mode;
-    afterwards `y.dual` holds the derivative of y along `seed` (default: all ones for a scalar x)."""
-
-    def __init__(self, loss, param, seed=None):
-        import numpy as np
-        for name, a in (("loss", loss), ("param", param)):
-            if not getattr(a, "_spvad_ndarray", False):
-                raise ArgumentError(f"FwdMode({name}=...) needs an sp.ndarray, got {type(a).__name__}")
-            if a.dual is None:
-                raise ArgumentError(f"FwdMode: the {name} ndarray needs needs_dual=True")
-        if seed is None:
-            if param.size != 1:
-                raise ArgumentError(f"FwdMode: param has {param.size} elements; pass seed=[...] of that length")
-            seed = [1.0]
-        seed = np.asarray(seed, dtype=np.float64).reshape(-1)
-        if seed.size != param.size:
-            raise ArgumentError(f"FwdMode: seed has {seed.size} entries, param has {param.size} elements")
-        self.loss, self.param, self.seed = loss, param, seed.reshape(param.storage_shape)
-        self.seen = {id(param)}
-
-    def prepare(self, arrays):
-        """An array first seen in this context starts with a zero dual (only `param` carries the seed)."""
-        for a in arrays:
-            if a.dual is not None and id(a) not in self.seen:
-                self.seen.add(id(a))
-                a.dual.fill(0)
-
-    def __enter__(self):
-        self.loss.dual.fill(0)
-        self.param.dual.from_numpy(self.seed)   # after: loss may be param itself (an in-place update)
-        _forward.append(self)
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        _forward.remove(self)
-        if exc_type is None:
-            runtime.sync()
-        return False

@@ -80,6 +80,7 @@ class Activity:
                 if new:
                     bwd |= new
                     changed = True
+        self.varied = fwd                   # depends on a differentiated input (whether or not it reaches one)
         self.active = {s for s in fwd & bwd if s.dtype.is_float}
         self.active_slots = fwd_slots & bwd_slots
 
@@ -154,6 +155,15 @@ def _read_before_written(stmts):
         if isinstance(s, N.LocalStore):
             written.add(s.slot)
     return out
+
+
+def varied_outputs(task, flag="needs_grad"):
+    """Indices of float arrays without a gradient (or dual) companion that `task` writes values into
+    which depend on a differentiated input: the derivative chain would silently stop there."""
+    act = Activity(task, flag)
+    return {s.array.index for s in act.stmts
+            if isinstance(s, (N.GlobalStore, N.AtomicRMW)) and s.field == "primal" and s.array.dtype.is_float
+            and not getattr(s.array, flag) and s.value in act.varied}
 
 
 def check_differentiable(kernel, task, mode):

@@ -307,6 +307,7 @@ class Task:
     header: Block
     num_threads: Stmt
     body: Block
+    source: Optional[int] = None   # a derivative task: index of the forward task it was built from
 
 
 @dataclass(eq=False)

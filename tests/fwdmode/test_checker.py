@@ -1,7 +1,9 @@
 """The global-data-access checker: with `sp.init(debug=True)` and `sp.Tape(loss, validation=True)`, a
 launch that reads an array element and later overwrites it raises `sp.AutodiffRuleError` (kernel, array,
 source line). The checker is an instrumented kernel run on the device; without debug nothing is
-instrumented. The first test shows why it is needed: such a program silently gets a wrong gradient."""
+instrumented. Without it, the Tape keeps a copy of what such a launch overwrites and the gradient is right
+(the first test); the checker reports the overwrite, e.g. to avoid that memory or to port the program to a
+system without checkpoints. A direct `k.grad` keeps nothing: it recomputes from the overwritten array."""
 import inspect
 
 import numpy as np
@@ -102,13 +104,17 @@ def line_of(kernel, text):
     return first + next(k for k, line in enumerate(src) if text in line)
 
 
-def test_without_the_checker_the_gradient_is_silently_wrong(rng, debug):
-    """The reason for the checker: the gradient kernel recomputes x[i] * x[i] from the overwritten x."""
+def test_without_the_checker_the_tape_keeps_a_copy(rng, debug):
+    """The Tape copies x before square_in_place overwrites it, so the gradient replays x[i] * x[i] from the
+    old x; a direct k.grad, which keeps nothing, recomputes from the overwritten x (the data access rule)."""
     x0 = rand(rng, N)
     np.testing.assert_allclose(true_grad(x0), fd_grad(x0), rtol=1e-5, atol=1e-6)   # the reference holds
-    got = run_in_place(x0, validation=False)
-    assert not np.allclose(got, fd_grad(x0), rtol=1e-2, atol=1e-3), "expected the unchecked gradient to be wrong"
-    assert not np.any(np.isnan(got))   # no other symptom: silently wrong numbers
+    np.testing.assert_allclose(run_in_place(x0, validation=False), fd_grad(x0), rtol=1e-4, atol=1e-5)
+    x = sp.from_numpy(x0, needs_grad=True)
+    square_in_place(x)
+    x.grad.fill(1.0)
+    square_in_place.grad(x)
+    assert not np.allclose(x.grad.to_numpy(), 2 * x0, rtol=1e-2), "k.grad read the overwritten x"
 
 
 def test_the_checker_raises(rng, debug):
@@ -180,7 +186,7 @@ def test_without_debug_nothing_is_instrumented(rng):
     sp.init(debug=False)
     x0 = rand(rng, N)
     got = run_in_place(x0, validation=True)   # no error: the checker needs debug=True
-    assert not np.allclose(got, true_grad(x0), rtol=1e-2, atol=1e-3)
+    np.testing.assert_allclose(got, true_grad(x0), rtol=1e-4, atol=1e-5)   # the Tape kept the old x
     assert all(key[1] != "checked" for key in square_in_place._cache if key[-1] == runtime.current().serial)
     assert all(key[1] != "checked" for key in sum_sin._cache if key[-1] == runtime.current().serial)
 
@@ -217,7 +223,8 @@ def accumulate_into_read(x: sp.Array):
 
 
 def test_atomic_add_into_a_read_element(rng, debug):
-    """`x[i] += f(x[i])` changes an element it read: the replay would compute f' from the new value."""
+    """`x[i] += f(x[i])` changes an element it read: a replay from the new value would compute f' wrong, so
+    the Tape keeps the old x, and the checker reports the overwrite."""
     x0 = rand(rng, N)
     xf = x0.astype(np.float64)
     want = np.cos(xf + xf * xf) * (1 + 2 * xf)
@@ -230,7 +237,7 @@ def test_atomic_add_into_a_read_element(rng, debug):
             sum_sin(x, loss)
         return x.grad.to_numpy()
 
-    assert not np.allclose(run(False), want, rtol=1e-2, atol=1e-3)   # silently wrong without the checker
+    np.testing.assert_allclose(run(False), want, rtol=1e-4, atol=1e-5)   # right: the Tape kept the old x
     with pytest.raises(sp.AutodiffRuleError, match="accumulate_into_read.*'x'") as info:
         run(True)
     assert f":{line_of(accumulate_into_read, 'x[i] += x[i] * x[i]')}:" in str(info.value)

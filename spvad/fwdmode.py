@@ -1,0 +1,52 @@
+"""`sp.FwdMode`: kernels launched inside the block run in forward mode (their `.fwd`)."""
+import numpy as np
+
+from . import runtime
+from .errors import ArgumentError
+
+_active = []
+
+
+def active():
+    """The innermost FwdMode block, or None."""
+    return _active[-1] if _active else None
+
+
+class FwdMode:
+    """`with sp.FwdMode(loss=y, param=x, seed=[...]):` kernels launched inside run in forward mode;
+    afterwards `y.dual` holds the derivative of y along `seed` (default: all ones for a scalar x)."""
+
+    def __init__(self, loss, param, seed=None):
+        for name, a in (("loss", loss), ("param", param)):
+            if not getattr(a, "_spvad_ndarray", False):
+                raise ArgumentError(f"FwdMode({name}=...) needs an sp.ndarray, got {type(a).__name__}")
+            if a.dual is None:
+                raise ArgumentError(f"FwdMode: the {name} ndarray needs needs_dual=True")
+        if seed is None:
+            if param.size != 1:
+                raise ArgumentError(f"FwdMode: param has {param.size} elements; pass seed=[...] of that length")
+            seed = [1.0]
+        seed = np.asarray(seed, dtype=np.float64).reshape(-1)
+        if seed.size != param.size:
+            raise ArgumentError(f"FwdMode: seed has {seed.size} entries, param has {param.size} elements")
+        self.loss, self.param, self.seed = loss, param, seed.reshape(param.storage_shape)
+        self.seen = {id(param)}
+
+    def prepare(self, arrays):
+        """An array first seen in this context starts with a zero dual (only `param` carries the seed)."""
+        for a in arrays:
+            if a.dual is not None and id(a) not in self.seen:
+                self.seen.add(id(a))
+                a.dual.fill(0)
+
+    def __enter__(self):
+        self.loss.dual.fill(0)
+        self.param.dual.from_numpy(self.seed)   # after: loss may be param itself (an in-place update)
+        _active.append(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _active.remove(self)
+        if exc_type is None:
+            runtime.sync()
+        return False
