@@ -136,6 +136,7 @@ BINARY = [
     ("a % b", py_mod, NUMERIC, "same", ("any", "any"), SIMPLE),
     ("a ** b", np.power, FLOATS, "same", ("pos", "small"), TRANS),
     ("sp.pow(a, b)", np.power, FLOATS, "same", ("pos", "small"), TRANS),
+    ("a ** b", np.power, INTS, "same", ("small", "shift"), 0),   # Op.POWI: wraps like `*` (int64 mod 2**32)
     ("sp.atan2(a, b)", np.arctan2, FLOATS, "same", ("any", "any"), TRANS),
     ("min(a, b)", np.minimum, NUMERIC, "same", ("any", "any"), 0),
     ("max(a, b)", np.maximum, NUMERIC, "same", ("any", "any"), 0),
@@ -382,6 +383,11 @@ PROMOTION = [   # (expression, dtype of a, dtype of b, result dtype) -- numpy-li
     ("sp.sin(a)", sp.i32, sp.i32, sp.f32),
     ("sp.sin(a)", sp.f64, sp.f64, sp.f64),
     ("a if a > 0 else b", sp.i32, sp.f32, sp.f32),
+    ("a ** b", sp.f32, sp.i32, sp.f32),         # an integer exponent keeps the base's type (Op.POWI)
+    ("a ** b", sp.f64, sp.u32, sp.f64),
+    ("a ** b", sp.i32, sp.i32, sp.i32),
+    ("a ** b", sp.u32, sp.i32, sp.u32),
+    ("sp.pow(a, b)", sp.i32, sp.i32, sp.f32),   # sp.pow is a float function
 ]
 
 

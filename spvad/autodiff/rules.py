@@ -50,6 +50,14 @@ def _pow(e, args, out):
     return da, _mul(e, out, e.compute(Op.LOG, a))
 
 
+def _powi(e, args, out):
+    x, n = args
+    # d/dx x^n = n x^(n-1), exact for x < 0 like the value; no gradient for the integer n. n = 0 takes
+    # x^0 instead of x^-1, so that 0 * (1/0) cannot make the partial NaN at x = 0.
+    m = e.compute(Op.SELECT, e.compute(Op.EQ, n, _c(e, 0, n)), n, _sub(e, n, _c(e, 1, n)))
+    return _mul(e, e.cast(n, x.dtype), e.compute(Op.POWI, x, m)), None
+
+
 ZERO_GRADIENT = {Op.SIGN, Op.FLOOR, Op.CEIL, Op.ROUND, Op.FLOORDIV, Op.NOT, Op.BIT_NOT, Op.AND, Op.OR,
                  Op.BIT_AND, Op.BIT_OR, Op.BIT_XOR, Op.SHL, Op.SHR, Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE}
 
@@ -78,6 +86,7 @@ PARTIALS = {
     # a mod b = a - b floor(a/b)
     Op.MOD: lambda e, a, out: (_c(e, 1.0, out), e.compute(Op.NEG, e.compute(Op.FLOOR, _div(e, a[0], a[1])))),
     Op.POW: _pow,
+    Op.POWI: _powi,
     Op.ATAN2: _atan2,
     # ties send the whole gradient to the first operand, like numpy's minimum/maximum subgradient choice
     Op.MIN: lambda e, a, out: (_bool_to(e, e.compute(Op.LE, a[0], a[1]), out),

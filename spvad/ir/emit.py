@@ -130,29 +130,46 @@ class Emitter:
         return self.compute(_ARITH[sym], a, b)
 
     def power(self, a, b):
-        """`a ** k` with a small constant integer k is exact repeated multiplication; else GLSL pow."""
-        if isinstance(b, float) and b.is_integer() and abs(b) <= MAX_EXACT_POWER:
+        """`a ** b` as Python computes it, also for a < 0: a small constant integer b is exact repeated
+        multiplication, any other integer b (a runtime int, a larger constant) Op.POWI (exponentiation by
+        squaring), a float b GLSL pow (a > 0 only)."""
+        if isinstance(b, float) and b.is_integer() and abs(b) < 2**31:
             b = int(b)
             a = self.to_float(a)
-        if isinstance(b, int) and not isinstance(b, bool) and abs(b) <= MAX_EXACT_POWER:
+        if isinstance(b, bool):
+            b = int(b)
+        if isinstance(b, int) and abs(b) <= MAX_EXACT_POWER:
+            return self.exact_power(a, b)
+        if isinstance(b, int) and -2**31 <= b < 2**31:
+            b = self.const(b, T.i32)
+        if isinstance(b, N.Stmt) and not b.dtype.is_float:
             a = self.typed(a)
             if a.dtype.is_bool:
                 a = self.cast(a, T.i32)
-            if b < 0 and not a.dtype.is_float:
+            if isinstance(b, N.Const) and b.value < 0 and not a.dtype.is_float:
                 self.error("integer ** negative power is not supported")
-            result, base, k = None, a, abs(b)
-            while k:   # exponentiation by squaring
-                if k & 1:
-                    result = base if result is None else self.compute(Op.MUL, result, base)
-                k >>= 1
-                if k:
-                    base = self.compute(Op.MUL, base, base)
-            if result is None:
-                return self.const(1, a.dtype)
-            return self.compute(Op.DIV, self.const(1.0, a.dtype), result) if b < 0 else result
+            return self.compute(Op.POWI, a, self.cast(b, T.i32) if b.dtype.is_bool else b)
         a, b = self.unify(self.to_float(a) if isinstance(a, N.Stmt) else float(a),
                           self.to_float(b) if isinstance(b, N.Stmt) else float(b))
         return self.compute(Op.POW, a, b)
+
+    def exact_power(self, a, k):
+        """`a ** k` for a constant int k by repeated multiplication (exponentiation by squaring)."""
+        a = self.typed(a)
+        if a.dtype.is_bool:
+            a = self.cast(a, T.i32)
+        if k < 0 and not a.dtype.is_float:
+            self.error("integer ** negative power is not supported")
+        result, base, m = None, a, abs(k)
+        while m:
+            if m & 1:
+                result = base if result is None else self.compute(Op.MUL, result, base)
+            m >>= 1
+            if m:
+                base = self.compute(Op.MUL, base, base)
+        if result is None:
+            return self.const(1, a.dtype)
+        return self.compute(Op.DIV, self.const(1.0, a.dtype), result) if k < 0 else result
 
     def unary(self, sym, v):
         if isinstance(v, PY_SCALARS):

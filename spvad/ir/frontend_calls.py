@@ -88,12 +88,12 @@ class CallsMixin:
             return self.vector_builtin(name, args)
         if len(args) == 2 and name in ("atan2", "pow") and any(isinstance(a, VecValue) for a in args):
             return self.elementwise(lambda a, b: self.builtin(name, [a, b]), *args)
-        if len(args) == 2 and name in ("atan2", "pow"):
+        if len(args) == 2 and name == "pow":   # `a ** b` on float(a): integer b exact also for a < 0
+            return self.power(self.to_float(args[0]), args[1])
+        if len(args) == 2 and name == "atan2":
             a, b = args
             a, b = self.unify(self.to_float(a), self.to_float(b)) if isinstance(a, N.Stmt) or isinstance(
                 b, N.Stmt) else (self.to_float(a), self.to_float(b))
-            if name == "pow":
-                return self.compute(Op.POW, a, b)
             return self.compute(Op.ATAN2, a, b)
         if name == "clamp" and len(args) == 3:
             return self.minmax(Op.MAX, self.minmax(Op.MIN, args[0], args[2]), args[1])

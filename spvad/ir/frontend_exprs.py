@@ -224,7 +224,7 @@ class ExprsMixin:
 # their branch is taken (an If), since a select would compute the untaken one too and its derivative
 # (e.g. sqrt'(-1) = NaN) times zero still poisons the gradient.
 PARTIAL_DOMAIN = {N.Op.SQRT, N.Op.RSQRT, N.Op.LOG, N.Op.LOG2, N.Op.ASIN, N.Op.ACOS, N.Op.POW, N.Op.DIV, N.Op.TAN,
-                  N.Op.MOD, N.Op.FLOORDIV}
+                  N.Op.MOD, N.Op.FLOORDIV, N.Op.POWI}   # POWI: 1 / x**|n| for n < 0
 
 
 def _has_partial_domain(block):

@@ -76,6 +76,25 @@ def _cast(dt, a):
     return dt.np.type(a)
 
 
+def _powi(dt, x, n):
+    """`x ** n` for an i32/u32 exponent (ops.py Op.POWI): floats multiply by squaring in their own dtype,
+    in the order the SPIR-V lowering does (bit 0 up), so f32 results agree bit for bit."""
+    n = int(n)
+    m = abs(n)   # < 2**32 also for i32 INT_MIN
+    if dt.is_int:
+        x = int(x)
+        if n >= 0:
+            return _wrap(pow(x, m, 2**32), dt)   # multiplication modulo 2**32 is the GPU's wrapping one
+        return dt.np.type(1 if x == 1 else (-1) ** m if x == -1 else 0)   # truncation of x ** n
+    r, b = dt.np.type(1), x
+    while m:
+        if m & 1:
+            r = r * b
+        m >>= 1
+        b = b * b
+    return dt.np.type(1) / r if n < 0 else r
+
+
 def _float_only(fn):
     return lambda dt, *a: fn(*a)
 
@@ -105,6 +124,7 @@ EVAL = {
     Op.FLOORDIV: _arith(_int_div(lambda a, b: a // b), np.floor_divide),
     Op.MOD: _arith(_int_div(lambda a, b: a % b), np.mod),
     Op.POW: _float_only(np.power),
+    Op.POWI: _powi,
     Op.ATAN2: _float_only(np.arctan2),
     Op.MIN: lambda dt, a, b: b if b < a else a,
     Op.MAX: lambda dt, a, b: b if b > a else a,

@@ -43,6 +43,11 @@ class Op(enum.Enum):
     FLOORDIV = "floordiv"  # Python semantics (floor), ints and floats
     MOD = "mod"           # Python semantics (sign of divisor), ints and floats
     POW = "pow"           # floats, GLSL pow (base > 0)
+    # (base: float or int, exponent: i32 or u32) -> base dtype, Python's `x ** n`, exact for negative x:
+    # exponentiation by squaring (ints wrap as 32-bit multiplication does). n < 0 gives 1 / x**|n| for
+    # floats; for ints the truncation of the true value: 1 for x = 1, (-1)**n for x = -1, else 0 (also for
+    # x = 0, where Python raises ZeroDivisionError; a float 0 gives inf).
+    POWI = "powi"
     ATAN2 = "atan2"       # floats
     MIN = "min"
     MAX = "max"
@@ -76,7 +81,7 @@ COMPARISONS = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE}
 LOGICAL = {Op.AND, Op.OR}
 
 ARITY = {**{op: 1 for op in UNARY_SAME | UNARY_FLOAT | {Op.NOT, Op.BIT_NOT, Op.CAST}},
-         **{op: 2 for op in BINARY_ARITH | BINARY_FLOAT | BINARY_BITWISE | COMPARISONS | LOGICAL},
+         **{op: 2 for op in BINARY_ARITH | BINARY_FLOAT | BINARY_BITWISE | COMPARISONS | LOGICAL | {Op.POWI}},
          Op.SELECT: 3}
 
 
@@ -111,6 +116,10 @@ def result_dtype(op, operand_dtypes, cast_to=None):
         if d[0] != d[1]:
             raise TypeError(f"{op.value} needs operands of one type, got {d}")
         return T.u1
+    if op is Op.POWI:
+        if d[0].is_bool or d[1] not in (T.i32, T.u32):
+            raise TypeError(f"powi needs a float or integer base and an i32/u32 exponent, got {d}")
+        return d[0]
     if op in BINARY_ARITH:
         if d[0] != d[1] or d[0].is_bool:
             raise TypeError(f"{op.value} needs numeric operands of one type, got {d}")

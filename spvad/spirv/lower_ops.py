@@ -5,6 +5,7 @@ statement and `args` its operand ids. Semantics follow ir/interp.py (Python's fl
 round half away from zero, shifts by the low 5 bits, `!=` true on NaN).
 """
 from .. import types as T
+from ..ir import nodes as N
 from ..ir.ops import Op as IROp
 from .spec import GLSL, Op
 
@@ -70,6 +71,38 @@ def _i_mod(L, s, a):
 
 def _f_floordiv(L, s, a):
     return L.glsl(GLSL.Floor, s.dtype, L.emit(Op.OpFDiv, s.dtype, *a))
+
+
+def _powi(L, s, a):
+    """`x ** n` (Op.POWI) as straight-line exponentiation by squaring over the bits of |n| (u32, so that
+    |INT_MIN| = 2**31 fits): r = bit ? r*b : r; b = b*b. No loop: lavapipe silently stops a thread's loops
+    after 65,535 iterations in all, and only the loops spvad emits itself are checked for that."""
+    dt, (x, n) = s.dtype, a
+    exp, u32 = s.args[1], T.u32
+    mul = Op.OpFMul if dt.is_float else Op.OpIMul
+    neg = None
+    if exp.dtype == T.i32:
+        neg = L.emit(Op.OpSLessThan, T.u1, n, L.const(T.i32, 0))
+        n = L.emit(Op.OpSelect, T.i32, neg, L.emit(Op.OpSNegate, T.i32, n), n)
+    m = n if exp.dtype == u32 else L.emit(Op.OpBitcast, u32, n)
+    # a constant exponent needs only its own bits (the gradient of `x ** 40` and the like)
+    bits = abs(int(exp.value)).bit_length() if isinstance(exp, N.Const) else 32
+    r, b = L.const(dt, 1), x
+    for k in range(bits):
+        bit = L.emit(Op.OpINotEqual, T.u1, L.emit(Op.OpBitwiseAnd, u32, m, L.const(u32, 1 << k)), L.const(u32, 0))
+        r = L.emit(Op.OpSelect, dt, bit, L.emit(mul, dt, r, b) if k else b, r)
+        if k + 1 < bits:
+            b = L.emit(mul, dt, b, b)
+    if neg is None:
+        return r
+    if dt.is_float:
+        inv = L.emit(Op.OpFDiv, dt, L.const(dt, 1.0), r)
+    else:   # the truncation of x ** n for n < 0: x**|n| (= +-1) when x is 1 or -1, else 0
+        unit = L.emit(Op.OpIEqual, T.u1, x, L.const(dt, 1))
+        if dt == T.i32:
+            unit = L.emit(Op.OpLogicalOr, T.u1, unit, L.emit(Op.OpIEqual, T.u1, x, L.const(dt, -1)))
+        inv = L.emit(Op.OpSelect, dt, unit, r, L.const(dt, 0))
+    return L.emit(Op.OpSelect, dt, neg, inv, r)
 
 
 def _shift(opcode):
@@ -145,6 +178,7 @@ LOWER = {
     IROp.FLOORDIV: _kinds(f=_f_floordiv, i=_i_floordiv, u=_op(Op.OpUDiv)),
     IROp.MOD: _kinds(f=_op(Op.OpFMod), i=_i_mod, u=_op(Op.OpUMod)),
     IROp.POW: _glsl(GLSL.Pow, narrow=True),
+    IROp.POWI: _powi,
     IROp.ATAN2: _glsl(GLSL.Atan2, narrow=True),
     IROp.MIN: _kinds(f=_glsl(GLSL.FMin), i=_glsl(GLSL.SMin), u=_glsl(GLSL.UMin)),
     IROp.MAX: _kinds(f=_glsl(GLSL.FMax), i=_glsl(GLSL.SMax), u=_glsl(GLSL.UMax)),

@@ -82,6 +82,13 @@ def _int_power(k):
     return f
 
 
+def _powi(k):
+    @sp.func
+    def f(a):
+        return a ** sp.i32(k)   # an i32 exponent: Op.POWI, exact for negative a
+    return f
+
+
 # ---- the tables: name -> (op, kernel function, float64 formula, input sampler) -----------------------
 def _any(lo=0.1, hi=2.0):
     return lambda rng, n: rand(rng, n, lo, hi)
@@ -111,6 +118,9 @@ UNARY = {
     # `v ** k` with a small constant integer k: repeated multiplication, fine for negative v
     **{f"pow_int{k}": (Op.MUL if k > 0 else Op.DIV, _int_power(k), (lambda x, k=k: x ** k), _any(0.3, 1.5))
        for k in (1, 2, 3, 5, -1, -2, -3)},
+    # an integer-typed exponent (a runtime int, or a constant beyond the small ones): Op.POWI
+    **{f"powi{k}": (Op.POWI, _powi(k), (lambda x, k=k: x ** k), _any(0.3, 1.5)) for k in (1, 3, -2, 7)},
+    "powi40": (Op.POWI, _int_power(40), lambda x: x ** 40, _any(0.8, 1.2)),
 }
 
 

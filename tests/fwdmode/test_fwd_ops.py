@@ -132,6 +132,13 @@ def int_power(k):
     return f
 
 
+def int_typed_power(k):
+    @sp.func
+    def f(a):
+        return a ** sp.i32(k)   # an i32 exponent: Op.POWI, exact for negative a
+    return f
+
+
 # name -> (ops the row exercises, kernel function, float64 reference, sampler)
 UNARY = {
     "neg": ({Op.NEG}, k_neg, lambda x: -x, signed(0.1, 2.0)),
@@ -155,6 +162,10 @@ UNARY = {
     # `v ** k`, small constant integer k: exact repeated multiplication, negative v allowed
     **{f"pow_int{k}": ({Op.MUL} if k > 0 else {Op.DIV}, int_power(k), (lambda x, k=k: x ** k), signed(0.3, 1.5))
        for k in (1, 2, 3, 4, -1, -2, -3)},
+    # an integer-typed exponent (a runtime int, or a constant beyond the small ones): Op.POWI
+    **{f"powi{k}": ({Op.POWI}, int_typed_power(k), (lambda x, k=k: x ** k), signed(0.3, 1.5))
+       for k in (1, 3, -2, 7)},
+    "powi40": ({Op.POWI}, int_power(40), lambda x: x ** 40, signed(0.8, 1.2)),
 }
 
 BINARY = {

@@ -47,6 +47,9 @@ ROWS = [
     (Op.LT, T.u1, (-1, 1), True), (Op.GE, T.u1, (2.0, 2.0), True),
     (Op.ATAN2, T.f64, (1.0, -1.0), math.atan2(1.0, -1.0)),
     (Op.POW, T.f64, (2.0, 0.5), math.sqrt(2.0)),
+    (Op.POWI, T.i32, (-3, 3), -27), (Op.POWI, T.i32, (3, 21), 3**21 - 2 * 2**32),   # wraps like i32 `*`
+    (Op.POWI, T.i32, (-1, -3), -1), (Op.POWI, T.i32, (-1, I32_MIN), 1), (Op.POWI, T.i32, (2, -1), 0),
+    (Op.POWI, T.i32, (0, 0), 1),
 ]
 
 
@@ -68,6 +71,17 @@ def test_op_rows(op, dt, args, expected):
     got = eval_op(op, dt, vals)
     assert got.dtype == (np.dtype(bool) if dt.is_bool else dt.np)
     assert got == expected
+
+
+@pytest.mark.parametrize("dt", [T.f32, T.f64], ids=str)
+@pytest.mark.parametrize("x,n", [(-2.0, 3), (-1.5, -7), (0.5, 9), (-1.0, I32_MIN), (-1.0, I32_MAX),
+                                 (1.0, I32_MIN), (-0.5, 0), (3.0, -1), (-1.0, 2**32 - 1)])
+def test_powi_of_a_float_follows_python(dt, x, n):
+    """POWI on a float base is Python's `x ** n` (exact for x < 0), computed in the base's dtype."""
+    exp_t = T.u32 if n >= 2**31 else T.i32
+    got = eval_op(Op.POWI, dt, [dt.np.type(x), exp_t.np.type(n)])
+    assert got.dtype == dt.np
+    assert got == pytest.approx(x ** n, rel=1e-6 if dt == T.f32 else 1e-15)
 
 
 @pytest.mark.parametrize("a", [-7, -6, -1, 1, 5, 7, I32_MIN])

@@ -103,6 +103,12 @@ def serial_then_parallel(x: sp.Array, loss: sp.Array, c: sp.f32):
         loss[None] += c * x[i]
 
 
+@sp.kernel
+def int_powers(x: sp.Array, n: sp.Array, y: sp.Array):
+    for i in range(x.shape[0]):
+        y[i] = x[i] ** n[i] + x[i] ** 40   # Op.POWI: a runtime and a large constant exponent
+
+
 def f32(n, needs_grad=False, lo=0.2):
     rng = np.random.default_rng(n)
     data = (rng.uniform(lo, 1.5, n) * np.where(rng.random(n) < 0.5, -1, 1)).astype(np.float32)
@@ -127,6 +133,8 @@ CASES = {
     "grid_2d": (grid_2d, lambda: (sp.from_numpy(np.ones((6, 7), np.float32), needs_grad=True),
                                   sp.ndarray(sp.f32, (6, 7), needs_grad=True)), True),
     "serial_then_parallel": (serial_then_parallel, lambda: (f32(50, True), scalar(True), 0.5), True),
+    "int_powers": (int_powers, lambda: (f32(50, True), sp.from_numpy(np.arange(-25, 25, dtype=np.int32) % 17 - 7),
+                                        f32(50, True)), True),
 }
 
 

@@ -58,11 +58,15 @@ def op_cases():
                 yield op, (src,), dst
             continue
         for dt in T.ALL:
-            dts = (T.u1, dt, dt) if op is Op.SELECT else (dt,) * ARITY[op]
-            try:
-                yield op, dts, result_dtype(op, list(dts))
-            except TypeError:
-                pass
+            if op is Op.POWI:   # the exponent is i32 or u32 whatever the base
+                candidates = [(dt, e) for e in (T.i32, T.u32)]
+            else:
+                candidates = [(T.u1, dt, dt) if op is Op.SELECT else (dt,) * ARITY[op]]
+            for dts in candidates:
+                try:
+                    yield op, dts, result_dtype(op, list(dts))
+                except TypeError:
+                    pass
 
 
 OP_CASES = list(op_cases())
@@ -118,6 +122,14 @@ def test_python_semantics_instructions():
     assert "OpShiftRightLogical" in text
     _, text = lower_ok(op_kernel(Op.NE, (T.f32, T.f32), T.u1))
     assert "OpFUnordNotEqual" in text
+
+
+@pytest.mark.parametrize("base", [T.f32, T.i32], ids=str)
+def test_powi_is_straight_line_code(base):
+    """POWI squares over all 32 bits of |n| with selects: no loop, which lavapipe could silently cut short."""
+    _, text = lower_ok(op_kernel(Op.POWI, (base, T.i32), base))
+    assert "OpLoopMerge" not in text and text.count("OpBranchConditional") == 1   # the `tid < n` guard only
+    assert text.count("OpSelect") >= 32
 
 
 def test_f64_without_float64_feature_raises():
