@@ -65,6 +65,9 @@ class StateView:
         self.grad, self.dual = array.grad, array.dual
         self.storage_shape, self.dtype, self.ndim = array.storage_shape, array.dtype, array.ndim
 
+    def scratch(self, kind):
+        return self.array.scratch(kind)
+
     def buffer_for(self, field):
         if field == "primal":
             return self.buffer

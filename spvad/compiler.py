@@ -11,6 +11,7 @@ from .autodiff.adstack import round_up_pow2
 from .autodiff.array_states import ArrayFacts, array_facts
 from .autodiff.forward import forward_task
 from .autodiff.reverse import reverse_task
+from .autodiff.extremum_ties import TieScratch
 from .autodiff.loop_exits import eliminate_loop_exits as _loop_exits_of_task
 from .autodiff.validation import instrument
 from .errors import AdStackOverflowError, DeviceError, SpvadError
@@ -233,12 +234,15 @@ def make_reverse_kernel(kernel, ad_stack_size, thread_private=True):
     """The gradient kernel: each task's gradient task, in reverse task order. `thread_private`: plain
     (non-atomic) gradient updates are allowed where indices differ per thread (no aliased arguments)."""
     opts = {"ad_stack_size": ad_stack_size}
-    grads = [reverse_task(kernel, t, opts, thread_private) for t in kernel.tasks]
-    for i, g in enumerate(grads):
-        if g is not None:
+    scratch = TieScratch(list(kernel.arrays))
+    tasks = []
+    for i in reversed(range(len(kernel.tasks))):
+        grads = reverse_task(kernel, kernel.tasks[i], opts, scratch, thread_private)
+        for g in grads:
             g.source = i
-    tasks = [g for g in reversed(grads) if g is not None]
-    return N.Kernel(kernel.name + "_grad", kernel.arrays, kernel.scalars, tasks, kernel.filename)
+        tasks += grads
+    return N.Kernel(kernel.name + "_grad", scratch.arrays, kernel.scalars, tasks, kernel.filename,
+                    tuple(scratch.targets))
 
 
 def eliminate_loop_exits(kernel):
@@ -249,8 +253,10 @@ def eliminate_loop_exits(kernel):
 
 def make_dual_kernel(kernel):
     """The forward-mode kernel: primal and dual values of every task, in task order."""
-    tasks = [forward_task(kernel, t) for t in kernel.tasks]
-    return N.Kernel(kernel.name + "_fwd", kernel.arrays, kernel.scalars, tasks, kernel.filename)
+    scratch = TieScratch(list(kernel.arrays))
+    tasks = [d for t in kernel.tasks for d in forward_task(kernel, t, scratch)]
+    return N.Kernel(kernel.name + "_fwd", scratch.arrays, kernel.scalars, tasks, kernel.filename,
+                    tuple(scratch.targets))
 
 
 class Lowering:

@@ -297,6 +297,8 @@ def launch(ck, arrays, scalars, extra=(), views=None):
     if views:
         for k, view in views.items():
             arrays[k] = view
+    for kind, k in ck.ir.scratch:   # a derivative kernel's scratch arrays (extremum winners)
+        arrays.append(arrays[k].scratch(kind))
     shapes = [a.storage_shape for a in arrays]   # vector ndarrays add a trailing axis
     records = []
     for ct in ck.tasks:

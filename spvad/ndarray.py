@@ -96,6 +96,14 @@ class Ndarray:
     def __repr__(self):
         return f"sp.ndarray({self.dtype}, shape={self.shape}{', needs_grad' if self.grad else ''})"
 
+    def scratch(self, kind):
+        """A device array shaped like this one's storage that derivative kernels use as scratch (left
+        zeroed): "ties" counts atomic max/min winners (i32), "tangents" sums their tangents."""
+        arrays = self.__dict__.setdefault("_scratch", {})
+        if kind not in arrays:
+            arrays[kind] = Ndarray(T.i32 if kind == "ties" else self.element_dtype, self.storage_shape)
+        return arrays[kind]
+
     def buffer_for(self, field):
         """The buffer a kernel binding of `field` reads: "final" (what a launch left) is the array's own."""
         return self.buffer if field in ("primal", "final") else getattr(self, field).buffer

@@ -6,29 +6,43 @@ add the dual. No adstack is needed: everything runs in forward order.
 """
 import copy
 
-from ..errors import AutodiffRuleError
 from ..ir import nodes as N
 from ..ir.emit import Emitter
 from ..ir.ops import Op
 from .activity import Activity, check_differentiable
+from .extremum_ties import active_extrema, check_forward_replay, fixup_task, won
 from .rules import partials
 
 
-def forward_task(kernel, task):
+def forward_task(kernel, task, scratch):
+    """The dual tasks of `task`, in launch order: its dual task, then (for atomic max/min of active values)
+    a replay counting the winners and summing their tangents, and the fix-up setting the extremum's dual."""
     check_differentiable(kernel, task, "forward")
-    return _DualBuilder(kernel, task).run()
+    builder = _DualBuilder(kernel, task)
+    dual = builder.run()
+    sites = active_extrema(task, builder.act)
+    if not sites:
+        return [dual]
+    check_forward_replay(kernel, task, sites)
+    replay = _DualBuilder(kernel, task, {id(s) for s in sites}, scratch).run("_winners")
+    fixups = [fixup_task(a, scratch, f"{task.name}_{a.name}_winners", "forward")
+              for a in dict.fromkeys(s.array for s in sites)]
+    return [dual, replay] + fixups
 
 
 class _DualBuilder(Emitter):
-    def __init__(self, kernel, task):
+    """Builds a task computing primal values and their duals. With `sites` (a replay for extremum winners),
+    writes are left out and each of those atomic max/min counts its contribution if it won."""
+
+    def __init__(self, kernel, task, sites=(), scratch=None):
         super().__init__()
-        self.kernel, self.task = kernel, task
+        self.kernel, self.task, self.sites, self.scratch = kernel, task, sites, scratch
         self.act = Activity(task, "needs_dual")
         self.m = {}        # forward statement -> clone
         self.dual = {}     # forward value or slot -> its dual (a value, or an Alloca for slots)
         self.top = []
 
-    def run(self):
+    def run(self, suffix="_fwd"):
         header = N.Block()
         self.block = header
         for s in self.task.header.stmts:
@@ -37,8 +51,7 @@ class _DualBuilder(Emitter):
         self.block = body
         self.stmts(self.task.body.stmts)
         body.stmts[0:0] = self.top
-        dual = N.Task(self.task.name + "_fwd", self.task.kind, header, self.m[self.task.num_threads], body)
-        return dual
+        return N.Task(self.task.name + suffix, self.task.kind, header, self.m[self.task.num_threads], body)
 
     def clone(self, s):
         new = copy.copy(s)
@@ -64,6 +77,9 @@ class _DualBuilder(Emitter):
                     self.top.append(self.dual[s])
             elif isinstance(s, (N.RangeFor, N.While, N.If)):
                 self.construct(s)
+            elif self.sites and isinstance(s, (N.GlobalStore, N.AtomicRMW)):
+                if id(s) in self.sites:
+                    self.count_winner(s)
             else:
                 self.clone(s)
                 self.tangent(s)
@@ -100,12 +116,19 @@ class _DualBuilder(Emitter):
             self.emit(N.GlobalStore(s.array, tuple(m[i] for i in s.indices),
                                     self.dual_value(s.value, s.array.dtype), "dual"))
         elif isinstance(s, N.AtomicRMW) and act.is_grad_array_access(s) and s.value in act.active:
-            if s.kind != "add":
-                raise AutodiffRuleError(f"kernel {self.kernel.name}: sp.atomic_{s.kind} on an active value has "
-                                        f"no forward-mode derivative (the winner depends on thread order)"
-                                        f"\n    at {s.loc}")
-            self.emit(N.AtomicRMW("add", s.array, tuple(m[i] for i in s.indices),
-                                  self.dual_value(s.value, s.array.dtype), "dual"))
+            if s.kind == "add":   # max/min: the winners' replay and fix-up tasks set the dual
+                self.emit(N.AtomicRMW("add", s.array, tuple(m[i] for i in s.indices),
+                                      self.dual_value(s.value, s.array.dtype), "dual"))
+
+    def count_winner(self, s):
+        """In the winners' replay: `if v == m[idx]: ties[idx] += 1; tangents[idx] += dual(v)`."""
+        idx = tuple(self.m[i] for i in s.indices)
+        branch = self.emit(N.If(won(self, s, self.m[s.value], idx, "primal"), N.Block(), N.Block()))
+        saved, self.block = self.block, branch.then_body
+        self.emit(N.AtomicRMW("add", self.scratch.param(s.array, "ties"), idx, self.const(1)))
+        self.emit(N.AtomicRMW("add", self.scratch.param(s.array, "tangents"), idx,
+                              self.dual_value(s.value, s.array.dtype)))
+        self.block = saved
 
     def dual_value(self, v, dtype):
         d = self.dual_of(v)

@@ -18,24 +18,31 @@ from ..ir.ops import Op
 from .activity import Activity, check_differentiable
 from .adstack import StackSizer
 from .depth_probe import build_count_kernel
+from .extremum_ties import active_extrema, reverse_tie_tasks, won
 from .loop_exits import eliminate_loop_exits
 from .rules import partials
 
 
-def reverse_task(kernel, task, sizer_options, thread_private=True):
-    """Returns the gradient Task of `task`, or None when it has no reverse work."""
+def reverse_task(kernel, task, sizer_options, scratch, thread_private=True):
+    """The gradient tasks of `task` (its derivative task, with the counting and fix-up tasks of atomic
+    max/min winners around it), in launch order; [] when it has no reverse work. `scratch`: the TieScratch
+    of the gradient kernel."""
     check_differentiable(kernel, task, "reverse")
     eliminate_loop_exits(task)
-    grad = _Reverser(kernel, task, sizer_options, thread_private).run()
-    if grad is not None and grad.stack_sizes.measured:
+    rev = _Reverser(kernel, task, sizer_options, scratch, thread_private)
+    grad = rev.run()
+    if grad is None:
+        return []
+    if grad.stack_sizes.measured:
         grad.count_kernel = build_count_kernel(kernel, task, grad.stack_sizes.measured)
-    return grad
+    before, after = reverse_tie_tasks(task, active_extrema(task, rev.act), scratch)
+    return before + [grad] + after
 
 
 class _Reverser(Emitter):
-    def __init__(self, kernel, task, sizer_options, thread_private=True):
+    def __init__(self, kernel, task, sizer_options, scratch, thread_private=True):
         super().__init__()
-        self.kernel, self.task = kernel, task
+        self.kernel, self.task, self.scratch = kernel, task, scratch
         self.act = Activity(task)
         self.sizer = StackSizer(task, **sizer_options)
         self.top = []          # statements placed at the top of the gradient body (allocas, stacks)
@@ -260,9 +267,10 @@ class _Reverser(Emitter):
     def rev_atomic(self, s, m):
         idx = tuple(m[i] for i in s.indices)
         g = self.emit(N.GlobalLoad(s.array, idx, "grad"))
-        if s.kind != "add":   # only the element that holds the final max/min receives the gradient
-            won = self.compute(Op.EQ, m[s.value], self.emit(N.GlobalLoad(s.array, idx, "primal")))
-            g = self.compute(Op.SELECT, won, g, self.const(0.0, g.dtype))
+        if s.kind != "add":   # the winners, the contributions equal to the final max/min, share it
+            count = self.cast(self.emit(N.GlobalLoad(self.scratch.param(s.array, "ties"), idx)), g.dtype)
+            share = self.compute(Op.DIV, g, count)
+            g = self.compute(Op.SELECT, won(self, s, m[s.value], idx, "final"), share, self.const(0.0, g.dtype))
         self.accumulate(s.value, g)
 
     def rev_loop(self, s, m):

@@ -317,6 +317,9 @@ class Kernel:
     scalars: list
     tasks: list
     filename: str = "<unknown>"
+    # derivative kernels: (kind, user array index) of each scratch array parameter after the user's arrays,
+    # which the launcher supplies (see autodiff/extremum_ties.py)
+    scratch: tuple = ()
 
 
 def adstacks_of(task):

@@ -8,7 +8,7 @@ from . import nodes as N
 from .ops import result_dtype
 from .printer import format_stmt
 
-FIELDS = ("primal", "grad", "dual")
+FIELDS = ("primal", "grad", "dual", "final")   # final: a launch's result, read by its derivative
 ATOMIC_KINDS = ("add", "max", "min")
 HEADER_KINDS = (N.Const, N.ScalarArg, N.ArrayShape, N.Compute)
 
@@ -161,10 +161,16 @@ class _Verifier:
 
     def check_GlobalStore(self, s):
         self.access(s)
+        self.written(s)
         self.dtype_is(s.value, s.array.dtype, "the stored value", s)
+
+    def written(self, s):
+        if s.field == "final":
+            self.fail("'final' names what a launch left: it is read, never written", s)
 
     def check_AtomicRMW(self, s):
         self.access(s)
+        self.written(s)
         if s.kind not in ATOMIC_KINDS:
             self.fail(f"atomic kind must be one of {ATOMIC_KINDS}, got {s.kind!r}", s)
         if s.array.dtype.is_bool:

@@ -1,0 +1,147 @@
+"""Derivatives of `sp.atomic_max` / `sp.atomic_min`: the final value is the extremum over the contributions
+of a launch (and the value the array held before it). As `torch.amax` and `jnp.max` do, the derivative goes
+to the winners, split equally among tied ones; when no contribution equals the final value, the value the
+array held before the launch won and keeps all of it.
+
+Winners are only known once every thread has contributed, so each task with such atomics gets two extra
+tasks around its derivative task:
+- a counting task: the task replayed without writes; each contribution equal to the final value adds 1 to
+  a scratch count array (and, in forward mode, its tangent to a scratch sum array);
+- a fix-up task over the elements of the array: reverse mode clears the .grad of elements some contribution
+  won (the old value did not); forward mode sets .dual to the winners' mean tangent. It resets the scratch.
+In reverse mode the derivative task between them gives each winner `adjoint / count`.
+"""
+from .. import types as T
+from ..errors import AutodiffRuleError
+from ..ir import nodes as N
+from ..ir.ops import Op
+from .array_states import load_phases, task_writes
+from .depth_probe import _clone
+
+EXTREMA = ("max", "min")
+
+
+class TieScratch:
+    """The scratch arrays (kernel parameters after the user's arrays) of a derivative kernel's extremum
+    atomics, one per (array, kind): "ties" counts winners (i32), "tangents" sums their tangents."""
+
+    def __init__(self, arrays):
+        self.arrays = arrays           # the derivative kernel's array list; scratch params are appended
+        self.params = {}               # (array, kind) -> ArrayParam
+        self.targets = []              # (kind, user array index) per scratch param, in parameter order
+
+    def param(self, array, kind):
+        p = self.params.get((array, kind))
+        if p is None:
+            dtype = T.i32 if kind == "ties" else array.dtype
+            p = N.ArrayParam(f"{array.name}__{kind}", dtype, array.ndim, len(self.arrays))
+            self.arrays.append(p)
+            self.params[(array, kind)] = p
+            self.targets.append((kind, array.index))
+        return p
+
+
+def active_extrema(task, act):
+    """The atomic max/min statements of `task` whose contributed value carries a derivative."""
+    return [s for s in N.walk(task.body) if isinstance(s, N.AtomicRMW) and s.kind in EXTREMA
+            and act.is_grad_array_access(s) and s.value in act.active]
+
+
+def won(e, site, value, idx, field):
+    """IR (through Emitter `e`) for `value == the contents of the site's element` read as `field`."""
+    final = e.emit(N.GlobalLoad(site.array, idx, field))
+    return e.compute(Op.EQ, value, final)
+
+
+# ---- the counting task ----------------------------------------------------------------------------------
+def counting_task(task, sites, count_site, suffix):
+    """`task` replayed without writes; at every site in `sites`, `count_site(site, m, emit)` emits the
+    counting (given the replay's value map `m`). Returns the new Task."""
+    m, ids = {}, {id(s) for s in sites}
+    header = N.Block([_clone(s, m) for s in task.header.stmts])
+    body = _replay(task.body, m, ids, count_site)
+    return N.Task(task.name + suffix, task.kind, header, m[task.num_threads], body)
+
+
+def _replay(block, m, ids, count_site):
+    out = N.Block()
+    for s in block.stmts:
+        if isinstance(s, (N.GlobalStore, N.AtomicRMW)):
+            if id(s) in ids:
+                count_site(s, m, out.append)
+            continue
+        new = _clone(s, m)
+        for name in s.BLOCK_FIELDS:
+            setattr(new, name, _replay(getattr(s, name), m, ids, count_site))
+        out.append(new)
+    return out
+
+
+def count_winners(scratch, final_field):
+    """The reverse-mode counting: `if v == final: ties[idx] += 1`."""
+    def count_site(site, m, emit):
+        idx = tuple(m[i] for i in site.indices)
+        v = m[site.value]
+        final = emit(N.GlobalLoad(site.array, idx, final_field))
+        is_winner = emit(N.Compute(Op.EQ, (v, final), T.u1))
+        branch = emit(N.If(is_winner, N.Block(), N.Block()))
+        one = branch.then_body.append(N.Const(1, T.i32))
+        branch.then_body.append(N.AtomicRMW("add", scratch.param(site.array, "ties"), idx, one))
+    return count_site
+
+
+# ---- the fix-up task ------------------------------------------------------------------------------------
+def fixup_task(array, scratch, name, mode):
+    """One thread per element of `array`: where contributions won (count > 0), reverse mode clears .grad
+    (the old value lost) and forward mode sets .dual to the mean of the winners' tangents; resets scratch."""
+    header = N.Block()
+    total = header.append(N.Const(1, T.i32))
+    for axis in range(array.ndim):
+        total = header.append(N.Compute(Op.MUL, (total, header.append(N.ArrayShape(array, axis))), T.i32))
+    body = N.Block()
+    emit = body.append
+    shapes = [emit(N.ArrayShape(array, axis)) for axis in range(array.ndim)]   # the body sees no header value
+    idx, rest = [], emit(N.ThreadIndex())
+    for dim in reversed(shapes):   # row-major: the last axis varies fastest
+        idx.append(emit(N.Compute(Op.MOD, (rest, dim), T.i32)))
+        rest = emit(N.Compute(Op.FLOORDIV, (rest, dim), T.i32))
+    idx = tuple(reversed(idx))
+    ties = scratch.param(array, "ties")
+    count = emit(N.GlobalLoad(ties, idx))
+    zero = emit(N.Const(0, T.i32))
+    branch = emit(N.If(emit(N.Compute(Op.GT, (count, zero), T.u1)), N.Block(), N.Block()))
+    then = branch.then_body.append
+    if mode == "reverse":
+        then(N.GlobalStore(array, idx, then(N.Const(0.0, array.dtype)), "grad"))
+    else:
+        sums = scratch.param(array, "tangents")
+        mean = then(N.Compute(Op.DIV, (then(N.GlobalLoad(sums, idx)),
+                                       then(N.Compute(Op.CAST, (count,), array.dtype))), array.dtype))
+        then(N.GlobalStore(array, idx, mean, "dual"))
+        then(N.GlobalStore(sums, idx, then(N.Const(0.0, array.dtype))))
+    then(N.GlobalStore(ties, idx, zero))
+    return N.Task(name, "parallel", header, total, body)
+
+
+def reverse_tie_tasks(task, sites, scratch):
+    """(tasks before, tasks after) the derivative task of `task` in a gradient kernel."""
+    if not sites:
+        return [], []
+    targets = list(dict.fromkeys(s.array for s in sites))
+    count = counting_task(task, sites, count_winners(scratch, "final"), "_ties")
+    fixups = [fixup_task(a, scratch, f"{task.name}_{a.name}_winners", "reverse") for a in targets]
+    return [count], fixups
+
+
+def check_forward_replay(kernel, task, sites):
+    """Forward mode replays `task` after it ran, to find the winners: the arrays it reads must be unchanged."""
+    if not sites:
+        return
+    written = task_writes(N.Kernel(kernel.name, kernel.arrays, kernel.scalars, [task]))[0]
+    for a, phases in load_phases(task).items():
+        if a in written and phases != {"after"}:
+            name = kernel.arrays[a].name
+            raise AutodiffRuleError(
+                f"kernel {kernel.name}: the forward-mode derivative of sp.atomic_{sites[0].kind} replays the loop "
+                f"to find the winners, but the loop overwrites '{name}', which it reads; write to another "
+                f"array\n    at {sites[0].loc}")
