@@ -333,3 +333,30 @@ def test_no_false_alarm_for_a_launch_without_gradient(rng, debug):
         bump_counts(c)
         weigh(x, c, loss)
     np.testing.assert_allclose(x.grad.to_numpy(), np.arange(N) + 1.0)
+
+
+@pytest.mark.parametrize("write,call", [("fill", ".fill(...)"), ("from_numpy", ".from_numpy(...)"),
+                                        ("setitem", "[...] = value")])
+def test_host_write_over_read_elements_is_reported(write, call, rng, debug):
+    """sum_sin reads x; a host write to x afterwards is reported, naming the host call, and changes
+    nothing; writing elements nothing read (setitem on a fresh array) is fine."""
+    x0 = rand(rng, N)
+    x = sp.from_numpy(x0, needs_grad=True)
+    loss = sp.ndarray(sp.f32, (), needs_grad=True)
+    with pytest.raises(sp.AutodiffRuleError) as info:
+        with sp.Tape(loss, validation=True):
+            sum_sin(x, loss)
+            if write == "fill":
+                x.fill(1.0)
+            elif write == "from_numpy":
+                x.from_numpy(np.ones(N, np.float32))
+            else:
+                x[2] = 1.0
+    msg = str(info.value)
+    assert call in msg and "'x' (kernel sum_sin)" in msg and "global data access rule" in msg
+    np.testing.assert_array_equal(x.to_numpy(), x0)   # the refused write did not happen
+    y = sp.ndarray(sp.f32, (N,), needs_grad=True)
+    with sp.Tape(loss, validation=True):
+        square_into(x, y)
+        y[3] = 0.5            # y was only written: no report
+        sum_sin(y, loss)

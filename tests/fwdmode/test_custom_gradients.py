@@ -221,3 +221,27 @@ def test_missing_gradient_raises_at_tape_exit(rng):
         with sp.Tape(loss=a["loss"]):
             orphan(a["x"], a["y"])
             total(a["y"], a["loss"])
+
+
+def test_supplied_gradient_sees_the_contents_its_call_left(rng):
+    """square_replaced(x, y), then x is overwritten in place: the supplied gradient reads x, so the Tape
+    puts back the x of the call for it, and restores the final x afterwards."""
+    x0, a = arrays(rng, "y")
+    seen = {}
+
+    @sp.grad_for(square_replaced)
+    def spy_grad(x, y):
+        seen["x"] = x.to_numpy()
+        square_grad_scaled(x, y, 1.0)
+
+    try:
+        with sp.Tape(loss=a["loss"]) as tape:
+            square_replaced(a["x"], a["y"])
+            total(a["y"], a["loss"])
+            a["x"].fill(5.0)   # overwrites what the supplied gradient reads
+    finally:
+        sp.grad_for(square_replaced)(square_replaced_grad)
+    np.testing.assert_allclose(seen["x"], x0, rtol=1e-6)
+    np.testing.assert_allclose(a["x"].grad.to_numpy(), 2 * x0, rtol=1e-6)   # of x's first contents
+    assert tape.checkpoint_bytes == 4 * N
+    np.testing.assert_array_equal(a["x"].to_numpy(), 5.0)
