@@ -34,7 +34,7 @@ class TieScratch:
         p = self.params.get((array, kind))
         if p is None:
             dtype = T.i32 if kind == "ties" else array.dtype
-            p = N.ArrayParam(f"{array.name}__{kind}", dtype, array.ndim, len(self.arrays))
+            p = N.ArrayParam(f"{array.name}_{kind}", dtype, array.ndim, len(self.arrays))
             self.arrays.append(p)
             self.params[(array, kind)] = p
             self.targets.append((kind, array.index))
