@@ -31,9 +31,9 @@ class Checkpoints:
                 f"launch reads; keeping a copy ({size:,} bytes) would pass checkpoint_budget={self.budget:,} "
                 f"bytes ({self.nbytes:,} kept so far). Write each step into its own array (e.g. a row of a "
                 "time-indexed array) instead of overwriting one, or raise checkpoint_budget")
-        device = array._runtime.device
-        copy = device.create_buffer(size)
-        device.copy_buffer(array.buffer, copy, size)
+        rt = array._runtime
+        copy = rt.spare_buffers.take(size)
+        rt.device.copy_buffer(array.buffer, copy, size)
         self.kept[key] = copy
         self.nbytes += size
 
@@ -49,9 +49,9 @@ class Checkpoints:
                 "(on the recording thread)")
         return kept
 
-    def release(self):
-        for buf in self.kept.values():
-            buf.release()
+    def release(self, spare):
+        """Hand the copies to `spare` (a runtime's SparePool), for the next Tape."""
+        spare.give(self.kept.values())
         self.kept, self.needed = {}, {}
 
 

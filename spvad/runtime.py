@@ -38,6 +38,7 @@ class Runtime:
         self.pending_checks = []    # callables run after each sync (adstack overflow flags)
         self.pending_checks_owners = set()
         self.pipelines = {}         # (kernel key, task index, spec constants) -> pipeline
+        self.spare_buffers = SparePool(self.device)   # a Tape's checkpoint buffers, reused by the next Tape
 
     def sync(self):
         self.device.sync()
@@ -50,7 +51,34 @@ class Runtime:
         self.pending_checks = []
         self.pending_checks_owners.clear()
         self.pipelines.clear()
+        self.spare_buffers.clear()
         self.device.close()
+
+
+class SparePool:
+    """Device buffers kept for reuse, by size. Handed out in the order they were given back, so a Tape that
+    runs the same program again gets the same buffers in the same places: its launches then find their
+    descriptor sets cached instead of building new ones."""
+
+    def __init__(self, device):
+        self.device, self.free = device, {}
+
+    def take(self, nbytes):
+        spare = self.free.get(nbytes)
+        return spare.pop(0) if spare else self.device.create_buffer(nbytes)
+
+    def give(self, buffers):
+        """Keep `buffers` for reuse; spares the giver did not take are freed (so the pool never holds
+        more than one Tape's copies)."""
+        self.clear()
+        for buf in buffers:
+            self.free.setdefault(buf.nbytes, []).append(buf)
+
+    def clear(self):
+        for spare in self.free.values():
+            for buf in spare:
+                buf.release()
+        self.free = {}
 
 
 def init(backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None):

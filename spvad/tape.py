@@ -172,7 +172,7 @@ class Tape:
             self._release()
 
     def _release(self):
-        self.checkpoints.release()
+        self.checkpoints.release(runtime.get().spare_buffers)
         for a in self.temporary:
             a.grad = None
         self.temporary = []
