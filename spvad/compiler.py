@@ -293,6 +293,6 @@ def compile_kernel(kobj, specs, mode, rt, target=None):
                 tools.validate(ct.depth_probe.spirv, kernel_name=f"{kobj.name} ({task.name} depth probe)")
         tasks.append(ct)
     probes = [(t.source, t.count_kernel[0]) for t in ir.tasks if getattr(t, "count_kernel", None) is not None]
-    facts = array_facts(forward, ir, mode.startswith("reverse"), probes)   # passes change tasks in place
-
+    derivative = "reverse" if mode.startswith("reverse") else "dual" if mode == "dual" else None
+    facts = array_facts(forward, ir, derivative, probes)
     return CompiledKernel(ir, bindings, captured, tasks, getattr(ir, "check_plan", None), facts)

@@ -2,7 +2,8 @@
 import numpy as np
 
 from . import runtime
-from .errors import ArgumentError
+from .errors import ArgumentError, AutodiffRuleError
+from .ndarray import Ndarray
 
 _active = []
 
@@ -31,6 +32,17 @@ class FwdMode:
             raise ArgumentError(f"FwdMode: seed has {seed.size} entries, param has {param.size} elements")
         self.loss, self.param, self.seed = loss, param, seed.reshape(param.storage_shape)
         self.seen = {id(param)}
+        self.temporary = []   # arrays given a .dual for this block only
+
+    def give_dual(self, index, array, captured):
+        """An array without .dual that receives values depending on differentiated inputs (an intermediate
+        the user did not mark) gets a temporary one, so the derivative flows through it."""
+        if captured:
+            raise AutodiffRuleError(f"sp.FwdMode: a kernel writes values that depend on needs-dual inputs into a "
+                                    f"global ndarray of shape {array.shape} without .dual; create it with "
+                                    "needs_dual=True")
+        array.dual = Ndarray(array.dtype, array.shape)
+        self.temporary.append(array)
 
     def prepare(self, arrays):
         """An array first seen in this context starts with a zero dual (only `param` carries the seed)."""
@@ -47,6 +59,10 @@ class FwdMode:
 
     def __exit__(self, exc_type, exc, tb):
         _active.remove(self)
-        if exc_type is None:
-            runtime.sync()
+        try:
+            if exc_type is None:
+                runtime.sync()
+        finally:
+            for a in self.temporary:
+                a.dual = None
         return False

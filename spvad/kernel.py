@@ -159,8 +159,10 @@ class Kernel:
     def __call__(self, *args):
         mode = fwdmode.active()
         if mode is not None:
-            mode.prepare(self.arrays_of(args))
-            return self.fwd(*args)
+            specs, arrays, scalars = self._bind(args)
+            specs, ck = self.derivative_with_companions(specs, arrays, "dual", mode.give_dual)
+            mode.prepare(arrays + [obj for _, obj in ck.captured])
+            return launch(ck, arrays, scalars)
         recorder = recording.current()
         fast = self._replay
         if fast is not None and not tape.validating():
@@ -218,6 +220,21 @@ class Kernel:
             out.append(s)
         return out
 
+    def derivative_with_companions(self, specs, arrays, mode, give):
+        """(specs, compiled derivative kernel of `mode`) after `give(array index, array)` added a .grad
+        (.dual) to every array that would carry the derivative without one (`give` may raise instead)."""
+        everything = arrays + [obj for _, obj in self._compiled(specs).captured]
+        field = "dual" if mode == "dual" else "grad"
+        for _ in range(len(everything) + 1):   # each round adds companions; at most one per array
+            specs = self.specs_now(specs, arrays)
+            ck = self._compiled(specs, mode)
+            missing = [ai for ai in ck.facts.varied_outputs if getattr(everything[ai], field) is None]
+            if not missing:
+                break
+            for ai in missing:
+                give(ai, everything[ai], ai >= len(arrays))
+        return specs, ck
+
     @staticmethod
     def reverse_mode(everything):
         """One ndarray bound to two parameters: per-thread gradient updates could race, keep atomics."""
@@ -227,19 +244,28 @@ class Kernel:
         """Launch the forward-mode derivative: computes the primal outputs and, from the inputs' .dual,
         the outputs' .dual (directional derivatives)."""
         specs, arrays, scalars = self._bind(args)
-        launch(self._compiled(specs, "dual"), arrays, scalars)
+        launch(self._derivative(specs, arrays, "dual"), arrays, scalars)
 
     def grad(self, *args):
         """Launch the reverse-mode derivative: reads the outputs' .grad, accumulates into the inputs' .grad."""
         specs, arrays, scalars = self._bind(args)
         everything = arrays + [obj for _, obj in self._compiled(specs).captured]
-        ck = self._compiled(specs, self.reverse_mode(everything))
-        if ck.facts.varied_outputs:
-            raise ArgumentError(
-                f"kernel {self.name}: output '{self.array_names(ck)[ck.facts.varied_outputs[0]]}' has no .grad but its values depend on "
-                "needs-grad inputs, so their gradients would silently miss what flows through it; create it "
-                "with needs_grad=True (or use sp.Tape, which adds a temporary .grad)")
+        self._derivative(specs, arrays, self.reverse_mode(everything))
         self.grad_bound(specs, arrays, scalars)
+
+    def _derivative(self, specs, arrays, mode):
+        """The compiled derivative kernel; an output without a .grad (.dual) whose values depend on inputs
+        that have one is an error: the derivative would silently stop there."""
+        ck = self._compiled(specs, mode)
+        if ck.facts.varied_outputs:
+            what = "dual" if mode == "dual" else "grad"
+            name = self.array_names(ck)[ck.facts.varied_outputs[0]]
+            raise ArgumentError(
+                f"kernel {self.name}: output '{name}' has no .{what} but its values depend on needs-{what} "
+                f"inputs, so their derivatives would silently miss what flows through it; create it with "
+                f"needs_{what}=True (or use sp.{'FwdMode' if what == 'dual' else 'Tape'}, which adds a "
+                "temporary one)")
+        return ck
 
     def grad_bound(self, specs, arrays, scalars, views=None):
         """`grad` with arguments already checked (a Tape replaying what it recorded). `views`: array index ->
@@ -251,11 +277,6 @@ class Kernel:
         ck = self._compiled(specs, self.reverse_mode(everything))
         records = launch(ck, arrays, scalars, views=views)
         self._grad_replay = BoundReplay(specs, arrays, records, ck) if records is not None and not views else None
-
-    def arrays_of(self, args):
-        """The ndarrays a launch with `args` touches, captured globals included."""
-        specs, arrays, _ = self._bind(args)
-        return arrays + [obj for _, obj in self._compiled(specs).captured]
 
     def spirv(self, *args, grad=False):
         specs, _, _ = self._bind(args)

@@ -58,21 +58,26 @@ class Runtime:
 class SparePool:
     """Device buffers kept for reuse, by size. Handed out in the order they were given back, so a Tape that
     runs the same program again gets the same buffers in the same places: its launches then find their
-    descriptor sets cached instead of building new ones."""
+    descriptor sets cached instead of building new ones. Holds at most as many bytes as the largest set of
+    buffers given back at once (one Tape's copies)."""
 
     def __init__(self, device):
-        self.device, self.free = device, {}
+        self.device, self.free, self.limit = device, {}, 0
 
     def take(self, nbytes):
         spare = self.free.get(nbytes)
         return spare.pop(0) if spare else self.device.create_buffer(nbytes)
 
     def give(self, buffers):
-        """Keep `buffers` for reuse; spares the giver did not take are freed (so the pool never holds
-        more than one Tape's copies)."""
-        self.clear()
+        buffers = list(buffers)
+        self.limit = max(self.limit, sum(b.nbytes for b in buffers))
         for buf in buffers:
             self.free.setdefault(buf.nbytes, []).append(buf)
+        held = sum(b.nbytes for spare in self.free.values() for b in spare)
+        for spare in self.free.values():   # over the limit: free the oldest first
+            while spare and held > self.limit:
+                held -= spare[0].nbytes
+                spare.pop(0).release()
 
     def clear(self):
         for spare in self.free.values():

@@ -107,27 +107,24 @@ class Tape:
     def _gradient_of(self, kernel, specs, arrays, everything):
         """(specs, compiled gradient) for a launch, after giving a temporary .grad to every argument that
         would carry gradient from needs-grad inputs without one (the chain would stop there)."""
-        for _ in range(len(everything) + 1):   # each round adds companions; stops when none is missing
-            specs = kernel.specs_now(specs, arrays)
-            grad_ck = kernel._compiled(specs, kernel.reverse_mode(everything))
-            missing = [ai for ai in grad_ck.facts.varied_outputs if everything[ai].grad is None]
-            if not missing:
-                break
-            for ai in missing:
-                a = everything[ai]
-                if ai >= len(arrays):
-                    raise AutodiffRuleError(
-                        f"sp.Tape: kernel {kernel.name} writes values that depend on needs-grad inputs into the "
-                        f"global ndarray {self.name_of(a)}, which has no .grad: the gradient would stop there. "
-                        "Create it with needs_grad=True")
-                a.grad = Ndarray(a.dtype, a.shape)
-                self.temporary.append(a)
+        def give_grad(ai, a, captured):
+            if captured:
+                raise AutodiffRuleError(
+                    f"sp.Tape: kernel {kernel.name} writes values that depend on needs-grad inputs into the "
+                    f"global ndarray {self.name_of(a)}, which has no .grad: the gradient would stop there. "
+                    "Create it with needs_grad=True")
+            a.grad = Ndarray(a.dtype, a.shape)
+            self.temporary.append(a)
+
+        specs, grad_ck = kernel.derivative_with_companions(specs, arrays, kernel.reverse_mode(everything),
+                                                           give_grad)
         if grad_ck.facts.grad_middle:
             a = everything[grad_ck.facts.grad_middle[0]]
             raise AutodiffRuleError(
-                f"sp.Tape: the gradient of kernel {kernel.name} reads {self.name_of(a)} as one of its top-level "
-                "loops left it, but a later loop of the same kernel overwrites it; no copy taken between "
-                "launches can provide those contents. Split the kernel into one launch per loop")
+                f"sp.Tape: the gradient of kernel {kernel.name} reads {self.name_of(a)} as it was in the middle "
+                "of the launch: one of its loops reads what the kernel wrote before, and a later write of the "
+                "same launch changes it again, so no copy taken between launches can provide it. Split the "
+                "kernel into one launch per loop (or keep the value in a local variable)")
         return specs, grad_ck
 
     def host_write(self, array, what, index):

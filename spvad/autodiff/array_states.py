@@ -19,18 +19,24 @@ class ArrayFacts:
     writes: tuple = ()                 # (array index, field) a launch can write: their versions are bumped
     grad_reads: dict = field(default_factory=dict)   # gradient kernels: (index, field) -> PRE | POST
     grad_middle: tuple = ()            # gradient kernels: arrays needed as they were mid-launch
-    varied_outputs: tuple = ()         # gradient kernels: float arrays without .grad fed by needs-grad inputs
+    varied_outputs: tuple = ()         # derivative kernels: float arrays without .grad (.dual) fed by inputs
+                                       # that have one: the derivative chain would stop there
 
 
-def array_facts(forward, compiled, gradient, probes=()):
-    """ArrayFacts of `compiled` (the kernel after its passes); `forward`: the frontend's kernel, before
-    any pass; `gradient`: whether `compiled` is a gradient kernel (its tasks name their `source`)."""
+def array_facts(forward, compiled, mode, probes=()):
+    """ArrayFacts of `compiled` (the kernel after its passes); `forward`: the frontend's kernel (the passes
+    change its tasks in place but never add any); `mode`: "reverse" for a gradient kernel (its tasks name
+    their `source`), "dual" for a forward-mode kernel, else None."""
     n = len(forward.arrays)
-    if not gradient:
-        return ArrayFacts(written_fields(compiled, n))
+    writes = written_fields(compiled, n)
+    if mode is None:
+        return ArrayFacts(writes)
+    flag = "needs_grad" if mode == "reverse" else "needs_dual"
+    varied = tuple(sorted(set().union(*(varied_outputs(t, flag) for t in forward.tasks))))
+    if mode == "dual":
+        return ArrayFacts(writes, varied_outputs=varied)
     reads, middle = gradient_reads(forward, compiled, probes)
-    varied = sorted(set().union(*(varied_outputs(t) for t in forward.tasks)))
-    return ArrayFacts(written_fields(compiled, n), reads, tuple(middle), tuple(varied))
+    return ArrayFacts(writes, reads, tuple(middle), varied)
 
 
 def task_writes(kernel):

@@ -351,3 +351,23 @@ def test_tape_after_an_error_releases_its_copies(rng):
             in_place(a, w, DT)
             raise RuntimeError("user code failed")
     assert tape.checkpoints.kept == {}
+
+
+def test_forward_mode_through_an_intermediate_without_dual(rng):
+    """FwdMode gives an unmarked intermediate a temporary .dual; k.fwd alone names the output instead."""
+    x0, w0 = rand(rng), rand(rng)
+    x = sp.from_numpy(x0, needs_dual=True)
+    w = sp.from_numpy(w0)
+    tmp = sp.ndarray(sp.f32, (N,))
+    y = sp.ndarray(sp.f32, (N,), needs_dual=True)
+    seed = rng.uniform(-1, 1, N)
+    with sp.FwdMode(loss=y, param=x, seed=seed):
+        step(x, tmp, w, DT)
+        step(tmp, y, w, DT)
+    assert tmp.dual is None
+    x64, w64 = x0.astype(np.float64), w0.astype(np.float64)
+    d1 = 1 + DT * np.cos(x64) * w64
+    d2 = 1 + DT * np.cos(step_np(x64, w64)) * w64
+    np.testing.assert_allclose(y.dual.to_numpy(), seed * d1 * d2, rtol=1e-5)
+    with pytest.raises(sp.ArgumentError, match="step.*output 'b' has no .dual"):
+        step.fwd(x, tmp, w, DT)
