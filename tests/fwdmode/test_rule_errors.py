@@ -96,11 +96,14 @@ def test_forward_mode_extremum_replay_needs_unchanged_inputs():
 
 
 def test_atomic_max_of_inactive_arrays_is_fine():
-    """Without needs_dual on the target nothing is differentiated: the launch just runs."""
-    x = sp.from_numpy(np.linspace(0.2, 1.1, N).astype(np.float32), needs_dual=True)
+    """Without needs_dual on the input nothing is differentiated: the launch just runs. With it, a target
+    without .dual would silently stop the derivative: k.fwd names it."""
+    x = sp.from_numpy(np.linspace(0.2, 1.1, N).astype(np.float32))
     y = sp.from_numpy(np.full(N, -5.0, np.float32))
     atomic_max_active.fwd(x, y)
     np.testing.assert_allclose(y[0], np.sin(1.1), rtol=1e-6)
+    with pytest.raises(sp.ArgumentError, match="atomic_max_active: output 'y' has no .dual"):
+        atomic_max_active.fwd(sp.from_numpy(np.ones(N, np.float32), needs_dual=True), y)
 
 
 def test_runtime_usable_after_rule_errors():
