@@ -163,9 +163,10 @@ class Kernel:
             specs, ck = self.derivative_with_companions(specs, arrays, "dual", mode.give_dual)
             mode.prepare(arrays + [obj for _, obj in ck.captured])
             return launch(ck, arrays, scalars)
-        recorder = recording.current()
+        recorder = recording.active[-1] if recording.active else None
+        checking = recorder is not None and tape.validating()
         fast = self._replay
-        if fast is not None and not tape.validating():
+        if fast is not None and not checking:
             scalars = fast.scalars if fast.matches(args) else fast.new_scalars(self, args)
             if scalars is not None and (scalars is fast.scalars or fast.same_threads(scalars)):
                 entry = recorder and recorder.before_launch(self, fast.specs, fast.arrays(args), scalars, fast.ck)
@@ -176,7 +177,7 @@ class Kernel:
         specs, arrays, scalars = self._bind(args)
         ck = self._compiled(specs)
         entry = recorder and recorder.before_launch(self, specs, arrays, scalars, ck)
-        if tape.validating():
+        if checking:
             self._checked_launch(specs, arrays, scalars)
         else:
             records = launch(ck, arrays, scalars)
@@ -371,6 +372,9 @@ class Replay:
         self.args = tuple(weakref.ref(a) if getattr(a, "_spvad_ndarray", False) else a for a in args)
         self.positions = [k for k, a in enumerate(args) if getattr(a, "_spvad_ndarray", False)]
         self.specs, self.records = specs, records
+        n = len(self.positions)   # what a launch writes, by argument position / captured object
+        self.written_args = [(self.positions[ai], f) for ai, f in ck.facts.writes if ai < n]
+        self.written_captured = [(self.captured[ai - n], f) for ai, f in ck.facts.writes if ai >= n]
 
     def matches(self, args):
         if len(args) != len(self.args) or self.rt is not runtime.current():
@@ -413,7 +417,11 @@ class Replay:
                     ct.after_launch(rt, spec)
         else:
             relaunch(self.rt, self.records, scalars)
-        bump_versions(self.ck.facts.writes, self.arrays(args) + self.captured)
+        for k, field in self.written_args:
+            a = args[k]
+            (a if field == "primal" else getattr(a, field)).version += 1
+        for a, field in self.written_captured:
+            (a if field == "primal" else getattr(a, field)).version += 1
 
 
 class BoundReplay:

@@ -55,6 +55,8 @@ class Tape:
         self.names = {}           # id -> how messages name an ndarray ("'x' (kernel step)")
         self.markers = {}         # id -> (ndarray, its read marker) for the access checker (validation)
         self.temporary = []       # arrays given a gradient companion for this Tape only
+        self.plans = {}           # (kernel, compiled kernel, .grad present per array, distinct arrays) ->
+                                  # (specs, compiled gradient): what before_launch works out once
         self.checkpoints = Checkpoints(checkpoint_budget)
 
     @property
@@ -77,12 +79,19 @@ class Tape:
         companions where a gradient would otherwise stop, and keeps what the launch will overwrite.
         Returns the entry to complete with `after_launch`, or None (launches inside a replaced function)."""
         everything = arrays + [obj for _, obj in ck.captured]
-        for a, name in zip(everything, kernel.array_names(ck)):
-            self.arrays[id(a)] = a
-            self.names.setdefault(id(a), f"'{name}' (kernel {kernel.name})")
+        new = [k for k, a in enumerate(everything) if id(a) not in self.arrays]
+        if new:
+            names = kernel.array_names(ck)
+            for k in new:
+                self.arrays[id(everything[k])] = everything[k]
+                self.names.setdefault(id(everything[k]), f"'{names[k]}' (kernel {kernel.name})")
         entry = None
         if not self.inside_custom:   # a replaced function's launches only count for zeroing and writes
-            specs, grad_ck = self._gradient_of(kernel, specs, arrays, everything)
+            key = (kernel, ck, tuple(a.grad is not None for a in arrays), len({id(a) for a in everything}))
+            plan = self.plans.get(key)
+            if plan is None:
+                plan = self.plans[key] = self._gradient_of(kernel, specs, arrays, everything)
+            specs, grad_ck = plan
             entry = LaunchEntry(kernel, specs, arrays, scalars, everything)
             for (ai, field), state in grad_ck.facts.grad_reads.items():
                 if state == PRE:
@@ -91,10 +100,11 @@ class Tape:
                 else:
                     entry.post.append((ai, field))
             self.entries.append(entry)
+        needed = self.checkpoints.needed
         for ai, field in ck.facts.writes:
-            if field == "primal":
-                self.checkpoints.protect(everything[ai], self.names[id(everything[ai])],
-                                         f"the launch of kernel {kernel.name}")
+            a = everything[ai]
+            if field == "primal" and (id(a), a.version) in needed:
+                self.checkpoints.protect(a, self.names[id(a)], f"the launch of kernel {kernel.name}")
         return entry
 
     def after_launch(self, entry):
