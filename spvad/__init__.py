@@ -1,6 +1,6 @@
 """spvad: a small GPU autodiff compiler from Python kernels to SPIR-V, running on Vulkan (and Metal)."""
 from .errors import (AdStackOverflowError, ArgumentError, AutodiffRuleError, CompileError, DeviceError,
-                     PipelineCreationError, SpirvValidationError, SpvadError)
+                     PipelineCreationError, SpirvValidationError, SpvadError, ThreadCountError)
 from .kernel import func, kernel
 from .lang import (Array, abs, acos, asin, atan, atan2, atomic_add, atomic_max, atomic_min, cast, ceil, clamp,
                    cos, cosh, cross, dot, exp, floor, length, log, log2, max, min, ndrange, normalize, pow, round,

@@ -19,6 +19,10 @@ class ArgumentError(SpvadError, TypeError):
     """A kernel or API call got an argument of the wrong dtype, shape, ndim, layout or count."""
 
 
+class ThreadCountError(ArgumentError):
+    """A launch needs more threads than 32-bit indices can count (at most 2**31 - 1 per launch)."""
+
+
 class SpirvValidationError(SpvadError):
     """spirv-val rejected an emitted module; carries its message and the kernel name."""
 

@@ -157,13 +157,17 @@ class Kernel:
 
     # ---- launch ----
     def __call__(self, *args):
+        with runtime.LOCK:
+            self._launch(args)
+
+    def _launch(self, args):
         mode = fwdmode.active()
         if mode is not None:
             specs, arrays, scalars = self._bind(args)
             specs, ck = self.derivative_with_companions(specs, arrays, "dual", mode.give_dual)
             mode.prepare(arrays + [obj for _, obj in ck.captured])
             return launch(ck, arrays, scalars)
-        recorder = recording.active[-1] if recording.active else None
+        recorder = recording.current()
         checking = recorder is not None and tape.validating()
         fast = self._replay
         if fast is not None and not checking:
@@ -244,15 +248,17 @@ class Kernel:
     def fwd(self, *args):
         """Launch the forward-mode derivative: computes the primal outputs and, from the inputs' .dual,
         the outputs' .dual (directional derivatives)."""
-        specs, arrays, scalars = self._bind(args)
-        launch(self._derivative(specs, arrays, "dual"), arrays, scalars)
+        with runtime.LOCK:
+            specs, arrays, scalars = self._bind(args)
+            launch(self._derivative(specs, arrays, "dual"), arrays, scalars)
 
     def grad(self, *args):
         """Launch the reverse-mode derivative: reads the outputs' .grad, accumulates into the inputs' .grad."""
-        specs, arrays, scalars = self._bind(args)
-        everything = arrays + [obj for _, obj in self._compiled(specs).captured]
-        self._derivative(specs, arrays, self.reverse_mode(everything))
-        self.grad_bound(specs, arrays, scalars)
+        with runtime.LOCK:
+            specs, arrays, scalars = self._bind(args)
+            everything = arrays + [obj for _, obj in self._compiled(specs).captured]
+            self._derivative(specs, arrays, self.reverse_mode(everything))
+            self.grad_bound(specs, arrays, scalars)
 
     def _derivative(self, specs, arrays, mode):
         """The compiled derivative kernel; an output without a .grad (.dual) whose values depend on inputs
@@ -280,8 +286,9 @@ class Kernel:
         self._grad_replay = BoundReplay(specs, arrays, records, ck) if records is not None and not views else None
 
     def spirv(self, *args, grad=False):
-        specs, _, _ = self._bind(args)
-        mods = [t.lowered.spirv for t in self._compiled(specs, "reverse" if grad else "forward").tasks]
+        with runtime.LOCK:
+            specs, _, _ = self._bind(args)
+            mods = [t.lowered.spirv for t in self._compiled(specs, "reverse" if grad else "forward").tasks]
         return mods[0] if len(mods) == 1 else mods
 
     def disassemble(self, *args, grad=False):
@@ -294,14 +301,16 @@ class Kernel:
         """Metal Shading Language for these argument types (SPIR-V compiled for Metal's features, translated
         by SPIRV-Cross); one string per task, joined."""
         from .rhi.metal.translate import METAL_FEATURES, translate
-        specs, _, _ = self._bind(args)
-        ck = self._compiled(specs, "reverse" if grad else "forward", target=METAL_FEATURES)
+        with runtime.LOCK:
+            specs, _, _ = self._bind(args)
+            ck = self._compiled(specs, "reverse" if grad else "forward", target=METAL_FEATURES)
         return "\n".join(translate(t.lowered, t.task.name).source for t in ck.tasks)
 
     def ir(self, *args, grad=False):
         from .ir.printer import format_kernel
-        specs, _, _ = self._bind(args)
-        return format_kernel(self._compiled(specs, "reverse" if grad else "forward").ir)
+        with runtime.LOCK:
+            specs, _, _ = self._bind(args)
+            return format_kernel(self._compiled(specs, "reverse" if grad else "forward").ir)
 
 
 def kernel(fn=None, *, ad_stack_size=None):

@@ -1,9 +1,14 @@
 """`sp.ndarray`: a device array with optional `.grad` / `.dual` companions, and its numpy I/O."""
+import math
+
 import numpy as np
 
 from . import recording, runtime
 from . import types as T
 from .errors import ArgumentError, DeviceError
+
+
+MAX_ELEMENTS = 2**31 - 1
 
 
 def _normalize_shape(shape):
@@ -60,13 +65,17 @@ class Ndarray:
         self.shape = _normalize_shape(shape)
         self.width = T.vector_width(self.dtype)
         self.element_dtype = T.element_dtype(self.dtype)
-        rt = runtime.get()
-        if self.element_dtype == T.f64 and not rt.device.info["features"].get("float64"):
-            raise DeviceError(f"device '{rt.device.info['name']}' has no float64 support")
-        self.size = int(np.prod(self.storage_shape)) if self.storage_shape else 1   # scalars stored
+        self.size = math.prod(self.storage_shape)   # scalars stored (1 for a 0-d array)
+        if self.size > MAX_ELEMENTS:   # kernels index with 32-bit integers
+            raise ArgumentError(f"shape {self.shape} holds {self.size:,} scalars; an ndarray holds at most "
+                                f"2**31 - 1 = {MAX_ELEMENTS:,}")
         self._np_dtype = T.storage_np_dtype(self.element_dtype)
-        self._runtime = rt
-        self.buffer = rt.device.create_buffer(max(self.size, 1) * self._np_dtype.itemsize)
+        with runtime.LOCK:
+            rt = runtime.get()
+            if self.element_dtype == T.f64 and not rt.device.info["features"].get("float64"):
+                raise DeviceError(f"device '{rt.device.info['name']}' has no float64 support")
+            self._runtime = rt
+            self.buffer = rt.device.create_buffer(max(self.size, 1) * self._np_dtype.itemsize)
         self.grad = Ndarray(self.dtype, self.shape) if needs_grad else None
         self.dual = Ndarray(self.dtype, self.shape) if needs_dual else None
 
@@ -74,7 +83,8 @@ class Ndarray:
         # free the device memory with the array (a pending launch keeps it alive until the next sync)
         buf = getattr(self, "buffer", None)
         if buf is not None and self._runtime is runtime.current():
-            buf.release()
+            with runtime.LOCK:
+                buf.release()
 
     @property
     def storage_shape(self):
@@ -117,7 +127,8 @@ class Ndarray:
         return self.buffer.view(self._np_dtype)[: self.size]
 
     def to_numpy(self):
-        out = self._view().copy()
+        with runtime.LOCK:
+            out = self._view().copy()
         if self.element_dtype.is_bool:
             out = out != 0
         return out.reshape(self.storage_shape)
@@ -135,6 +146,9 @@ class Ndarray:
             what = f"{self.storage_shape} (shape {self.shape} of {self.dtype})" if self.width else f"{self.shape}"
             raise ArgumentError(f"from_numpy: shape {arr.shape} does not match the ndarray's {what}")
         dt = self.element_dtype
+        if np.iscomplexobj(arr):
+            raise ArgumentError(f"from_numpy: cannot store complex ({arr.dtype}) data in a {self.dtype} ndarray "
+                                "without dropping the imaginary parts; pass .real (or .imag) explicitly")
         if dt.is_float and not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
             raise ArgumentError(f"from_numpy: cannot store {arr.dtype} data in a {self.dtype} ndarray")
         if dt.is_int and not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
@@ -142,9 +156,17 @@ class Ndarray:
                                 "without losing the fraction; cast it first")
         if dt.is_int and arr.size and not (T.fits(arr.min(), dt) and T.fits(arr.max(), dt)):
             raise ArgumentError(f"from_numpy: values in [{arr.min()}, {arr.max()}] do not fit in {self.dtype}")
-        data = arr.reshape(-1).astype(self._np_dtype if not dt.is_bool else bool)
-        self._host_write("from_numpy")
-        self._view()[:] = data
+        with np.errstate(over="ignore"):
+            data = arr.reshape(-1).astype(self._np_dtype if not dt.is_bool else bool)
+        if dt.is_float and data.size:
+            overflow = np.isinf(data) & np.isfinite(arr.reshape(-1))
+            if overflow.any():
+                bad = arr.reshape(-1)[overflow][0]
+                raise ArgumentError(f"from_numpy: {bad!r} is out of range for a {self.dtype} ndarray (it would "
+                                    "become inf); scale the data or use sp.f64")
+        with runtime.LOCK:
+            self._host_write("from_numpy")
+            self._view()[:] = data
         return self
 
     def _checked_scalar(self, value):
@@ -169,8 +191,9 @@ class Ndarray:
 
     def fill(self, value):
         value = self._checked_value(value)
-        self._host_write("fill")
-        self._rows()[:] = value
+        with runtime.LOCK:
+            self._host_write("fill")
+            self._rows()[:] = value
         return self
 
     def _flat_index(self, key):
@@ -187,16 +210,19 @@ class Ndarray:
         return flat
 
     def __getitem__(self, key):
-        v = self._rows()[self._flat_index(key)]
-        if self.width:
-            return v.copy()
-        return bool(v) if self.dtype.is_bool else v.item()
+        i = self._flat_index(key)
+        with runtime.LOCK:
+            v = self._rows()[i]
+            if self.width:
+                return v.copy()
+            return bool(v) if self.dtype.is_bool else v.item()
 
     def __setitem__(self, key, value):
         i = self._flat_index(key)
         value = self._checked_value(value)
-        self._host_write("setitem", i)
-        self._rows()[i] = value
+        with runtime.LOCK:
+            self._host_write("setitem", i)
+            self._rows()[i] = value
 
 
 def ndarray(dtype, shape, needs_grad=False, needs_dual=False):

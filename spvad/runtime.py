@@ -3,11 +3,17 @@ import atexit
 import itertools
 import os
 import sys
+import threading
 
 from .errors import DeviceError
 
 _current = None
 _serials = itertools.count()
+# One lock for everything that touches the device or a runtime's caches: launches (with their compile and
+# recording), syncs, host access to ndarrays, buffer creation and release, init and reset. Reentrant, so a
+# Tape's backward pass (which launches) or a host write (which syncs) can take it again. Threads may launch
+# and sync concurrently; their calls run one at a time, each seeing the launches queued before it.
+LOCK = threading.RLock()
 
 
 class Runtime:
@@ -88,9 +94,10 @@ class SparePool:
 
 def init(backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None):
     global _current
-    reset()
-    _current = Runtime(backend, device, ad_stack_size, debug, validate_spirv)
-    return _current
+    with LOCK:
+        reset()
+        _current = Runtime(backend, device, ad_stack_size, debug, validate_spirv)
+        return _current
 
 
 @atexit.register
@@ -104,7 +111,11 @@ def _close_at_exit():
 
 def get():
     """The current runtime, created with defaults on first use."""
-    return _current if _current is not None else init()
+    rt = _current
+    if rt is not None:
+        return rt
+    with LOCK:
+        return _current if _current is not None else init()
 
 
 def current():
@@ -113,14 +124,16 @@ def current():
 
 def reset():
     global _current
-    if _current is not None:
-        rt, _current = _current, None
-        rt.close()
+    with LOCK:
+        if _current is not None:
+            rt, _current = _current, None
+            rt.close()
 
 
 def sync():
-    if _current is not None:
-        _current.sync()
+    with LOCK:
+        if _current is not None:
+            _current.sync()
 
 
 def device_info():

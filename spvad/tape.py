@@ -153,11 +153,11 @@ class Tape:
 
     # ---- the with-block ----
     def __enter__(self):
-        recording.active.append(self)
+        recording.stack().append(self)
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        recording.active.remove(self)
+        recording.stack().remove(self)
         if exc_type is not None:
             self._release()
             return False
@@ -165,18 +165,19 @@ class Tape:
         return False
 
     def backward(self):
-        try:
-            device = runtime.get().device
-            for a in self.arrays.values():
-                if a.grad is not None:
-                    zero(device, a.grad)
-            if self.loss is not None:
-                self.loss.grad.fill(1)
-            for entry in reversed(self.entries):
-                entry.backward(self)
-            runtime.sync()
-        finally:
-            self._release()
+        with runtime.LOCK:   # launches, fills and copies of one thread's backward pass stay together
+            try:
+                device = runtime.get().device
+                for a in self.arrays.values():
+                    if a.grad is not None:
+                        zero(device, a.grad)
+                if self.loss is not None:
+                    self.loss.grad.fill(1)
+                for entry in reversed(self.entries):
+                    entry.backward(self)
+                runtime.sync()
+            finally:
+                self._release()
 
     def _release(self):
         self.checkpoints.release(runtime.get().spare_buffers)

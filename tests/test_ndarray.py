@@ -227,3 +227,37 @@ def test_fill_out_of_range_is_an_spvad_error():
     a = sp.ndarray(sp.u32, 2)
     with pytest.raises(sp.SpvadError):
         a.fill(-1)
+
+
+# ---- conversions and sizes that would lose data silently --------------------------------------------------
+@pytest.mark.parametrize("data", [np.array([1.0, 1e40, 2.0]), np.array([-3e39, 0.5])])
+def test_from_numpy_refuses_values_that_overflow_to_inf(data):
+    a = sp.ndarray(sp.f32, data.shape)
+    a.fill(7.0)
+    with pytest.raises(sp.ArgumentError, match="out of range.*inf"):
+        a.from_numpy(data)
+    np.testing.assert_array_equal(a.to_numpy(), 7.0)   # nothing changed
+    with pytest.raises(sp.ArgumentError, match="out of range"):
+        sp.from_numpy(data, dtype=sp.f32)
+    b = sp.ndarray(sp.f32, (3,))
+    b.from_numpy(np.array([np.inf, -np.inf, 1.0]))     # infinities stay infinities
+    assert np.isinf(b.to_numpy()[:2]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_from_numpy_refuses_complex_data(dtype):
+    data = np.array([1 + 2j, 3 - 1j], dtype)
+    with pytest.raises(sp.ArgumentError, match="complex"):
+        sp.ndarray(sp.f32, (2,)).from_numpy(data)
+    with pytest.raises(sp.ArgumentError):
+        sp.from_numpy(data)
+    with pytest.raises(sp.ArgumentError, match="complex"):
+        sp.from_numpy(data, dtype=sp.f64 if sp.device_info()["features"].get("float64") else sp.f32)
+
+
+@pytest.mark.parametrize("shape", [(2**31,), (2**16, 2**16), (2**20, 2**11, 2)])
+def test_shapes_past_32_bit_indices_are_refused(shape):
+    with pytest.raises(sp.ArgumentError, match="at most 2\\*\\*31 - 1"):
+        sp.ndarray(sp.f32, shape)
+    with pytest.raises(sp.ArgumentError, match="at most"):
+        sp.ndarray(sp.vec4, (2**29 + 1,))   # 4 scalars per element

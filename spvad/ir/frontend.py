@@ -6,6 +6,7 @@ single-thread tasks; pure top-level assignments (`n = x.shape[0]`) are re-evalua
 import ast
 
 from .. import types as T
+from ..errors import ThreadCountError
 from . import nodes as N
 from .emit import PY_SCALARS, Emitter
 from .frontend_calls import CallsMixin
@@ -14,6 +15,8 @@ from .frontend_values import (ENDED, PURE_KINDS, ArraySpec, FieldRef, Lazy, Scop
                               VectorArgSpec)
 from .frontend_vectors import VecArg, VecSlots, VecValue, VectorsMixin
 from .source import FunctionSource
+
+MAX_THREADS = 2**31 - 1   # thread indices are 32-bit
 
 
 class KernelBuilder(CallsMixin, ExprsMixin, VectorsMixin, Emitter, ast.NodeVisitor):
@@ -184,6 +187,11 @@ class KernelBuilder(CallsMixin, ExprsMixin, VectorsMixin, Emitter, ast.NodeVisit
         n = extents[0]
         for e in extents[1:]:
             n = self.binop("*", n, e)
+        if not isinstance(n, N.Stmt) and n > MAX_THREADS:   # a constant count: known now
+            loc = self.loc
+            raise ThreadCountError(f"{loc.filename}:{loc.lineno}: this parallel loop has {n:,} threads, more "
+                                   f"than a launch holds (2**31 - 1); split it into several launches"
+                                   f"\n    {loc.source.strip()}")
         task.num_threads = self.typed(n) if isinstance(n, N.Stmt) else self.const(n)
         self.block = task.body
         tid = self.emit(N.ThreadIndex())

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..errors import SpvadError
+from ..errors import SpvadError, ThreadCountError
 from . import nodes as N
 from .ops import Op
 
@@ -169,10 +169,28 @@ def _eval_header(task, scalars, shapes):
                 raise InterpError(f"task {task.name}: no shape for array {s.array.name}")
             env[s] = to_scalar(shapes[s.array.index][s.axis], s.dtype)
         elif isinstance(s, N.Compute):
-            env[s] = eval_op(s.op, s.dtype, [env[a] for a in s.args])
+            env[s] = _header_op(task, s, [env[a] for a in s.args])
         else:
             raise InterpError(f"task {task.name}: {type(s).__name__} is not allowed in a task header")
     return env
+
+
+# Integer header arithmetic is exact (Python ints), and a result outside its 32-bit type is refused: the
+# device would wrap it, launching fewer threads (or none) than the loop asks for, with no error.
+_EXACT_INT = {Op.ADD: lambda a, b: a + b, Op.SUB: lambda a, b: a - b, Op.MUL: lambda a, b: a * b,
+              Op.MAX: max, Op.MIN: min, Op.NEG: lambda a: -a, Op.CAST: lambda a: a}
+
+
+def _header_op(task, s, args):
+    exact = _EXACT_INT.get(s.op)
+    if exact is None or not s.dtype.is_int or not all(a.dtype.kind in "iu" for a in args):
+        return eval_op(s.op, s.dtype, args)
+    value = exact(*(int(a) for a in args))
+    if not (-2**31 <= value < 2**31 if s.dtype.kind == "i" else 0 <= value < 2**32):
+        raise ThreadCountError(
+            f"task {task.name}: its thread count needs {value:,} in {s.dtype} (at {s.loc or s.op.value}), "
+            "outside 32 bits: a launch holds at most 2**31 - 1 threads; split it into several launches")
+    return s.dtype.np.type(value)
 
 
 def eval_num_threads(task, scalars, shapes):
