@@ -67,6 +67,8 @@ class Kernel:
         self._cache = {}
         self._replay = None        # the last launch, repeated as is when called again with the same objects
         self._grad_replay = None   # the last gradient launch, likewise
+        # a kernel dropped by its program takes its pipelines and per-task buffers with it
+        weakref.finalize(self, _release_compiled, self._cache)
 
     # ---- argument checking and specialisation ----
     def _bind(self, args):
@@ -311,6 +313,14 @@ class Kernel:
         with runtime.LOCK:
             specs, _, _ = self._bind(args)
             return format_kernel(self._compiled(specs, "reverse" if grad else "forward").ir)
+
+
+def _release_compiled(compiled):
+    """Free what the current runtime holds for these compiled kernels (a kernel object went away)."""
+    rt = runtime.current()
+    if rt is not None:
+        with runtime.LOCK:
+            rt.release_tasks({id(ct) for ck in compiled.values() for ct in ck.tasks})
 
 
 def kernel(fn=None, *, ad_stack_size=None):

@@ -53,6 +53,13 @@ class Runtime:
         if errors:
             raise errors[0]
 
+    def release_tasks(self, task_ids):
+        """Free the pipelines and buffers kept for the CompiledTasks with these ids (their kernel is gone);
+        every entry of `pipelines` holds its CompiledTask last."""
+        for key in [k for k, entry in self.pipelines.items() if id(entry[-1]) in task_ids]:
+            for obj in self.pipelines.pop(key)[:-1]:
+                obj.release()   # deferred by the device while recorded launches may still use it
+
     def close(self):
         self.pending_checks = []
         self.pending_checks_owners.clear()
@@ -102,7 +109,14 @@ def init(backend="auto", device=None, ad_stack_size=None, debug=False, validate_
 
 @atexit.register
 def _close_at_exit():
-    """Close the device at interpreter exit (waits for queued work, saves the pipeline cache)."""
+    """Close the device at interpreter exit (waits for queued work, saves the pipeline cache). After a
+    Ctrl-C stopped a sync while a kernel still runs, exit at once instead: closing would wait for the
+    kernel (so would the driver's own exit handlers), however long it takes."""
+    rt = _current
+    if rt is not None and getattr(rt.device, "interrupted", False) and rt.device.busy():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)   # 128 + SIGINT, as shells report an interrupted command
     try:
         reset()
     except Exception:   # never turn a clean exit into a traceback

@@ -7,6 +7,7 @@ is submitted early (without waiting) into a small ring of command buffers, so th
 while Python records. Objects released while recorded work may still use them are destroyed after
 the next sync.
 """
+import os
 import time
 
 import numpy as np
@@ -34,6 +35,7 @@ PREFERENCE = ["discrete_gpu", "integrated_gpu", "virtual_gpu", "cpu", "other"]
 HOST_VISIBLE = lib.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | lib.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
 DEVICE_LOCAL = lib.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
 VK_TIMEOUT = 2
+VK_NOT_READY = 1
 
 
 class VulkanBuffer(Buffer):
@@ -63,6 +65,32 @@ class VulkanBuffer(Buffer):
                f"{' released' if self._handle is None else ''}>"
 
 
+def sync_timeout_from_env(default):
+    """Seconds a sync waits before raising: SPVAD_SYNC_TIMEOUT (0 or "none": wait as long as it takes)."""
+    text = os.environ.get("SPVAD_SYNC_TIMEOUT", "").strip().lower()
+    if not text:
+        return default
+    if text in ("0", "none", "inf"):
+        return 0
+    try:
+        value = float(text)
+    except ValueError:
+        raise DeviceError(f"SPVAD_SYNC_TIMEOUT={text!r}: expected seconds (e.g. 600) or 0 for no limit") from None
+    if value < 0:
+        raise DeviceError(f"SPVAD_SYNC_TIMEOUT={text!r}: expected seconds >= 0")
+    return value
+
+
+def _timeout_message(seconds, frames, device_name):
+    kernels = sorted({name for f in frames for name in f.kernels})
+    shown = ", ".join(kernels[:6]) + (f" and {len(kernels) - 6} more" if len(kernels) > 6 else "")
+    return (f"device work did not finish within {seconds:g} s on {device_name}; it is still running, and the "
+            f"next sync waits for it again. Unfinished launches: {shown or 'unknown'}. A long kernel (many "
+            "threads or iterations; on a CPU driver such as lavapipe also a first launch that compiles large "
+            "per-thread arrays) can take this long; set SPVAD_SYNC_TIMEOUT=<seconds> (0: no limit) to wait "
+            "longer")
+
+
 def _free_buffer(d, handle, memory):
     vk.vkUnmapMemory(d, memory)
     vk.vkDestroyBuffer(d, handle, None)
@@ -74,9 +102,11 @@ class VulkanDevice(ProgramMixin, Device):
 
     flush_every = 1024        # launches per command buffer before an early submit
     sync_timeout_s = 120.0    # lavapipe compiles at first dispatch; huge private arrays take long
+    interrupted = False       # a Ctrl-C stopped a wait while launches were still running
 
     def __init__(self, selector=None, validation=False, pipeline_cache_dir=None):
         self._closed = False
+        self.sync_timeout_s = sync_timeout_from_env(self.sync_timeout_s)
         self._pipeline_cache_dir = pipeline_cache_dir   # VkPipelineCache data persists here across runs
         self._instance = self._messenger = self._device = self._pipeline_cache = None
         self._cmd_pool = None
@@ -335,18 +365,26 @@ class VulkanDevice(ProgramMixin, Device):
     def _wait(self, frames):
         """Wait for `frames` (a prefix of the in-flight list), then make them reusable."""
         fences = ffi.new("VkFence[]", [f.fence for f in frames])
-        deadline = time.monotonic() + self.sync_timeout_s
-        while True:  # wait in slices so a huge timeout never overflows or blocks uninterruptibly
-            r = lib.vkWaitForFences(self._device, len(frames), fences, 1, 1_000_000_000)
-            if r != VK_TIMEOUT:
-                break
-            if time.monotonic() > deadline:
-                raise DeviceError(f"device work did not finish within {self.sync_timeout_s:.0f} s "
-                                  "(a kernel may loop forever or compile very large private arrays)")
+        start = time.monotonic()
+        try:
+            while True:  # wait in slices so a huge timeout never overflows or blocks uninterruptibly
+                r = lib.vkWaitForFences(self._device, len(frames), fences, 1, 1_000_000_000)
+                if r != VK_TIMEOUT:
+                    break
+                if self.sync_timeout_s and time.monotonic() - start > self.sync_timeout_s:
+                    raise DeviceError(_timeout_message(self.sync_timeout_s, frames, self._info["name"]))
+        except KeyboardInterrupt:   # Ctrl-C: the work goes on; exiting now must not wait for it
+            self.interrupted = True
+            raise
+        self.interrupted = False
         check(r, "vkWaitForFences", context="waiting for launches: ")
         check(lib.vkResetFences(self._device, len(frames), fences), "vkResetFences")
         del self._inflight[:len(frames)]
         self._free_frames.extend(frames)
+
+    def busy(self):
+        """Whether submitted launches are still running (does not wait)."""
+        return any(lib.vkGetFenceStatus(self._device, f.fence) == VK_NOT_READY for f in self._inflight)
 
     def sync(self):
         self._check_open()

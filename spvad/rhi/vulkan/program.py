@@ -93,6 +93,7 @@ class _Frame:
         self.fence = call(vk.vkCreateFence, dev, vk.VkFenceCreateInfo(), None)
         self.submit = vk.VkSubmitInfo(pCommandBuffers=[self.cmd])
         self.submit_ptr = ffi.addressof(self.submit)
+        self.kernels = set()   # names of the kernels launched in this batch (for a timeout's message)
 
 
 class ProgramMixin:
@@ -297,6 +298,7 @@ class ProgramMixin:
             self._frames.append(frame)
         check(lib.vkBeginCommandBuffer(frame.cmd, self._begin_ptr), "vkBeginCommandBuffer")
         self._frame, self._cmd, self._recorded, self._bound = frame, frame.cmd, 0, None
+        frame.kernels.clear()
         return frame.cmd
 
     def _flush(self):
@@ -356,6 +358,7 @@ class ProgramMixin:
             raise DeviceError(f"kernel '{pipeline.name}' declares no push constants, got "
                               f"{len(push_constants)} bytes")
         lib.vkCmdDispatch(cmd, gx, gy, gz)
+        self._frame.kernels.add(pipeline.name)
         # Orders this launch's writes before the next launch's reads and writes (RAW and WAW).
         lib.vkCmdPipelineBarrier(cmd, PIPE_COMPUTE, PIPE_COMPUTE, 0, 1, self._mb_c2c_ptr,
                                  0, NULL, 0, NULL)

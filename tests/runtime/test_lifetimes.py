@@ -1,0 +1,100 @@
+"""What the runtime holds and how it ends: a dropped kernel frees its pipelines, a sync that waits too long
+says what is known (and the wait is configurable), and Ctrl-C during a long kernel exits promptly."""
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import spvad as sp
+from spvad import runtime
+
+
+def make_scaler(c):
+    @sp.kernel
+    def scale(x: sp.Array):
+        for i in range(x.shape[0]):
+            x[i] = x[i] * c
+    return scale
+
+
+def test_dropped_kernels_free_their_pipelines():
+    x = sp.from_numpy(np.ones(16, np.float32))
+    rt = runtime.get()
+    before = len(rt.pipelines)
+    for n in range(60):
+        make_scaler(1.0 + n / 1024)(x)   # a new kernel each time, dropped at once
+    sp.sync()
+    gc.collect()
+    assert len(rt.pipelines) <= before + 1   # only the last one's (if still referenced)
+    np.testing.assert_allclose(x.to_numpy(), np.prod([1.0 + n / 1024 for n in range(60)]), rtol=1e-5)
+
+
+LONG = textwrap.dedent("""
+    import sys, time
+    import spvad as sp
+
+    @sp.kernel
+    def spin(a: sp.Array, n: sp.i32):
+        for i in range(a.shape[0]):
+            v = a[i]
+            for k in range(n):
+                v = sp.sin(v) * 0.999 + 0.001
+            a[i] = v
+
+    a = sp.ndarray(sp.f32, (int(sys.argv[1]),))
+    spin(a, 10)
+    sp.sync()
+    print("start", flush=True)
+    spin(a, int(sys.argv[2]))
+    try:
+        sp.sync()
+        print("finished", flush=True)
+    except sp.DeviceError as e:
+        print("timeout:", e, flush=True)
+        t = time.time()
+        sp.sync()                          # still usable: this waits for the same work
+        print("waited", round(time.time() - t, 1), flush=True)
+""")
+
+
+def run_child(tmp_path, args, env=None):
+    script = tmp_path / "long_kernel.py"
+    script.write_text(LONG)
+    return subprocess.Popen([sys.executable, str(script), *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+def test_sync_timeout_is_configurable_and_says_what_it_knows(tmp_path):
+    p = run_child(tmp_path, [65536, 12000], {"SPVAD_SYNC_TIMEOUT": "1"})
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    assert "timeout: device work did not finish within 1 s" in out
+    assert "still running" in out and "spin" in out and "SPVAD_SYNC_TIMEOUT" in out
+    assert "waited" in out
+
+
+def test_ctrl_c_during_a_long_kernel_exits_promptly(tmp_path):
+    p = run_child(tmp_path, [262144, 20000])     # about 10-20 s of work on lavapipe
+    assert p.stdout.readline().strip() == "start"
+    time.sleep(1.0)
+    t = time.time()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    took = time.time() - t
+    assert "KeyboardInterrupt" in err and "finished" not in out
+    assert took < 5.0, f"exit took {took:.1f} s after Ctrl-C"
+
+
+@pytest.mark.parametrize("value", ["soon", "-3"])
+def test_bad_sync_timeout_is_refused(value, monkeypatch):
+    monkeypatch.setenv("SPVAD_SYNC_TIMEOUT", value)
+    with pytest.raises(sp.DeviceError, match="SPVAD_SYNC_TIMEOUT"):
+        sp.init()
+    monkeypatch.delenv("SPVAD_SYNC_TIMEOUT")
+    sp.init()
