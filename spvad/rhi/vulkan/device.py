@@ -226,6 +226,9 @@ class VulkanDevice(ProgramMixin, Device):
         features = {
             "float64": bool(feats.features.shaderFloat64),
             "int64": bool(feats.features.shaderInt64),
+            # a stray index reads 0 / writes nothing instead of touching other memory (debug=True checks and
+            # reports indices itself; this guards everything else)
+            "robust_buffer_access": bool(feats.features.robustBufferAccess),
             "atomic_float32_add": bool(atomic is not None and atomic.shaderBufferFloat32AtomicAdd),
             "int64_atomics": bool(int64_atomic is not None and int64_atomic.shaderBufferInt64Atomics
                                   and feats.features.shaderInt64),
@@ -271,7 +274,8 @@ class VulkanDevice(ProgramMixin, Device):
                 shaderBufferFloat32Atomics=atomic.shaderBufferFloat32Atomics,
                 shaderBufferFloat32AtomicAdd=1)
         core = vk.VkPhysicalDeviceFeatures(shaderFloat64=int(features["float64"]),
-                                           shaderInt64=int(features["int64"]))
+                                           shaderInt64=int(features["int64"]),
+                                           robustBufferAccess=int(features["robust_buffer_access"]))
         en_int64 = None
         if features["int64_atomics"]:
             if self._props.apiVersion < make_version(1, 2):
