@@ -1,33 +1,81 @@
 """The on-disk compile cache: a compiled kernel specialisation (IR + validated SPIR-V) keyed by everything
 that can change it, so a fresh process skips the frontend, the passes, lowering and spirv-val.
 
-The key hashes the kernel's code object and, transitively, what its names resolve to: `@sp.func`s (their
-code), Python scalars (their values, which are compile-time constants), captured ndarrays (dtype, ndim,
-needs_grad/dual), plus the argument specs, the mode, the options and the device features.
-Location: $SPVAD_CACHE_DIR, else ~/.cache/spvad; SPVAD_CACHE=0 turns it off.
+The key hashes the kernel's code and, by value, everything its names resolve to (functions, constants, user
+classes and instances, captured ndarrays' types), plus the argument specs, mode, options and device features;
+a global it cannot describe exactly makes the kernel uncacheable rather than risk a stale entry. Entries are
+data only (cache_format), sealed with a sha256 of key and contents; a bad one is deleted and recompiled.
+Location: $SPVAD_CACHE_DIR, else ~/.cache/spvad (0700; SPVAD_CACHE=0: off; SPVAD_CACHE_MAX_MB: bound, LRU).
 """
+import copy
+import enum
 import hashlib
 import marshal
 import os
-import pickle
+import stat
 import tempfile
+import time
 import types
 
-from .types import DType
+import numpy as np
 
-FORMAT = 1
+from . import cache_format
+from .errors import SpirvValidationError
+from .types import DType, Vector
+
+FORMAT = 2   # 1: pickle files (*.pkl, never read again); 2: sealed JSON (*.spvad)
 TRUSTED_MODULES = {"spvad", "math", "numpy"}   # attributes read through these do not change between runs
+SUFFIX = ".spvad"
+OLD_SUFFIXES = (".pkl",)          # entries of older formats: deleted when seen
+PIPELINE_CACHE_PREFIX = "vk-pipelines-"   # rhi/vulkan/pipeline_cache.py's file: an entry of its own for LRU
+DEFAULT_MAX_MB = 256
+EVICT_TO = 0.9                    # a full folder is trimmed to this fraction of the bound
+STALE_TMP_S = 3600                # a temporary file this old belongs to a writer that died
 
 
+# ---- the folder ---------------------------------------------------------------------------------------------
 def cache_dir():
+    """The cache folder, or None when the cache is off or the folder is not safe to use."""
     if os.environ.get("SPVAD_CACHE", "1") in ("0", "", "off"):
         return None
-    return os.environ.get("SPVAD_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "spvad")
+    custom = os.environ.get("SPVAD_CACHE_DIR")
+    d = custom or os.path.join(os.path.expanduser("~"), ".cache", "spvad")
+    return d if _safe_folder(d, ours_to_fix=not custom) else None
 
 
+def _safe_folder(d, ours_to_fix):
+    """Create `d` (0700) if missing. Anyone who can write into the folder decides what the next launch
+    loads, so it must belong to this user and be writable by nobody else; the default folder, when this user
+    owns it, is tightened (older versions created it 0755/0775), a folder the user chose is not touched."""
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        st = os.stat(d)
+        if not stat.S_ISDIR(st.st_mode) or not _ours(st):
+            return False
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            if not ours_to_fix:
+                return False
+            os.chmod(d, 0o700)
+        return True
+    except OSError:
+        return False
+
+
+def _ours(st):
+    return not hasattr(os, "getuid") or st.st_uid == os.getuid()
+
+
+def max_bytes():
+    try:
+        return int(max(float(os.environ.get("SPVAD_CACHE_MAX_MB", DEFAULT_MAX_MB)), 0.0) * (1 << 20))
+    except (ValueError, OverflowError):   # not a number, nan, inf
+        return DEFAULT_MAX_MB << 20
+
+
+# ---- the key ------------------------------------------------------------------------------------------------
 def fingerprint(fn, seen=None):
-    """A hash of `fn`'s code and of everything its names resolve to (recursively for @sp.func)."""
-    seen = set() if seen is None else seen
+    """A hash of `fn`'s code and of everything its names resolve to (recursively for functions)."""
+    seen = {} if seen is None else seen
     h = hashlib.sha256()
     code = fn.__code__
     h.update(marshal.dumps(code))
@@ -40,6 +88,8 @@ def fingerprint(fn, seen=None):
             pass
     for default in fn.__defaults__ or ():
         h.update(b"default=" + _describe(default, seen).encode() + b";")
+    for name, default in sorted((fn.__kwdefaults__ or {}).items()):
+        h.update(f"kwdefault:{name}=".encode() + _describe(default, seen).encode() + b";")
     for name in sorted(names):
         if name not in scope:
             continue
@@ -56,35 +106,89 @@ def _names(code):
 
 
 def _describe(obj, seen):
-    if getattr(obj, "_spvad_func", False):
-        if id(obj) in seen:
-            return "func:recursive"
-        seen.add(id(obj))
-        return "func:" + fingerprint(obj.fn, seen)
-    if getattr(obj, "_spvad_ndarray", False):
-        return f"ndarray:{obj.dtype}:{obj.ndim}:{obj.grad is not None}:{obj.dual is not None}"
-    if isinstance(obj, (bool, int, float, str, type(None))):
-        return f"{type(obj).__name__}:{obj!r}"
-    if isinstance(obj, DType) or type(obj).__name__ == "Vector":
+    """`obj` as a string that changes whenever anything a kernel can read from it changes; Uncacheable when
+    no such string is known. Objects with identity are described once per key (then `seen:<n>`)."""
+    t = type(obj)
+    if t in (bool, int, float, str, type(None)):   # compile-time constants: their values
+        return f"{t.__name__}:{obj!r}"
+    if t is tuple:
+        return "tuple:(" + ",".join(_describe(x, seen) for x in obj) + ")"
+    if t in (DType, Vector):
         return f"dtype:{obj!r}"
-    if hasattr(obj, "__array__") and getattr(obj, "size", 1 << 20) <= 64:   # small numpy constants
-        import numpy as np
-        a = np.asarray(obj)
-        return f"array:{a.dtype}:{a.shape}:{a.tobytes().hex()}"
+    if not isinstance(obj, type):   # (sp.ndarray the class carries the tag too)
+        if getattr(obj, "_spvad_ndarray", False):   # looked up by name again on load
+            return f"ndarray:{obj.dtype}:{obj.ndim}:{obj.grad is not None}:{obj.dual is not None}"
+        builtin = getattr(obj, "_spvad_builtin", None)
+        if builtin is not None:   # the frontend reads nothing else of it
+            return f"builtin:{builtin}"
+    if isinstance(obj, (np.ndarray, np.generic)):
+        if (t is np.ndarray or isinstance(obj, np.generic)) and obj.dtype.kind in "biufc" and obj.size <= 64:
+            return f"array:{t.__name__}:{obj.dtype.str}:{obj.shape}:{obj.tobytes().hex()}"
+        raise Uncacheable(f"numpy {t.__name__} {obj.dtype} of {obj.size} elements")
     if isinstance(obj, types.ModuleType):
-        if obj.__name__.split(".")[0] not in TRUSTED_MODULES:
+        if not _trusted(obj.__name__):
             raise Uncacheable(obj.__name__)   # `mod.CONST` could change without this key seeing it
         return f"module:{obj.__name__}"
-    if isinstance(obj, tuple) and all(isinstance(x, (bool, int, float)) for x in obj):
-        return f"tuple:{obj!r}"
-    builtin = getattr(obj, "_spvad_builtin", None)
-    if builtin is not None:
-        return f"builtin:{builtin}"
-    if isinstance(obj, (types.BuiltinFunctionType, type)):   # abs, min, range, float, sp.Array, ...
-        return f"object:{obj.__module__}.{obj.__qualname__}"
-    if isinstance(obj, types.FunctionType):
-        return f"function:{obj.__module__}.{obj.__qualname__}:{hashlib.sha256(marshal.dumps(obj.__code__)).hexdigest()}"
-    raise Uncacheable(type(obj).__name__)   # something we cannot describe: never risk a stale entry
+    if isinstance(obj, types.BuiltinFunctionType) and _trusted(getattr(obj, "__module__", None) or "builtins"):
+        return f"builtin-function:{obj.__module__}.{obj.__qualname__}"   # abs, min, math.sin, ...
+    if id(obj) in seen:
+        return f"seen:{seen[id(obj)][0]}"
+    seen[id(obj)] = (len(seen), obj)   # the object stays alive, so its id is not reused during this key
+    if isinstance(obj, type):
+        return _describe_class(obj, seen)
+    if getattr(obj, "_spvad_func", False):
+        return "func:" + fingerprint(obj.fn, seen)
+    if isinstance(obj, types.FunctionType):   # its code, defaults, globals and attributes, as a kernel's
+        return f"function:{_qualname(obj)}:{fingerprint(obj, seen)}:{_attributes(vars(obj), seen)}"
+    if isinstance(obj, enum.Enum):
+        return f"enum:{_describe(t, seen)}.{obj.name}"
+    return _describe_instance(obj, seen)
+
+
+def _describe_class(cls, seen):
+    """Library classes (sp.Array, float, np.float32) by name; user classes by their plain attributes, base
+    classes included (`Params.dt`); an enum by its members' values."""
+    if _trusted(cls.__module__):
+        return f"class:{_qualname(cls)}"
+    if isinstance(cls, enum.EnumMeta):
+        members = {name: m.value for name, m in cls.__members__.items()}
+        return f"enum-class:{_qualname(cls)}:{_attributes(members, seen)}"
+    if type(cls) is not type:   # a metaclass can compute attributes: nothing to describe them by
+        raise Uncacheable(f"class {_qualname(cls)} (metaclass {type(cls).__name__})")
+    parts = []
+    for klass in cls.__mro__[:-1]:   # without `object`
+        if _trusted(klass.__module__):
+            parts.append(f"base:{_qualname(klass)}")
+        else:
+            plain = {k: v for k, v in vars(klass).items() if not (k.startswith("__") and k.endswith("__"))}
+            parts.append(f"{_qualname(klass)}:{_attributes(plain, seen)}")
+    return "class:" + "|".join(parts)
+
+
+def _describe_instance(obj, seen):
+    """An instance of a user class: its class and its attribute values. Not when attribute reads can run
+    code (`__getattr__`, properties: the class description refuses those) or bypass `__dict__` (slots), nor
+    with a library base class (an int subclass's value is not in its `__dict__`)."""
+    cls = type(obj)
+    mro = cls.__mro__[:-1]
+    if not hasattr(obj, "__dict__") or any(_trusted(c.__module__) for c in mro) or any(
+            k in vars(c) for c in mro for k in ("__getattr__", "__getattribute__", "__slots__")):
+        raise Uncacheable(f"{_qualname(cls)} instance")
+    return f"instance:{_describe(cls, seen)}:{_attributes(vars(obj), seen)}"
+
+
+def _attributes(mapping, seen):
+    if not all(type(k) is str for k in mapping):
+        raise Uncacheable("an attribute with a non-string name")
+    return "{" + ";".join(f"{k}={_describe(v, seen)}" for k, v in sorted(mapping.items())) + "}"
+
+
+def _trusted(module):
+    return module == "builtins" or module.split(".")[0] in TRUSTED_MODULES
+
+
+def _qualname(obj):
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', '?')}"
 
 
 class Uncacheable(Exception):
@@ -114,7 +218,7 @@ def entry_key(kobj, spec_key, extra):
     """The cache key, or None when the kernel cannot be fingerprinted safely."""
     try:
         fp = fingerprint(kobj.fn)
-    except Uncacheable:
+    except Exception:   # Uncacheable, or an object that fails to be described: compiled every process
         return None
     h = hashlib.sha256()
     h.update(f"spvad-cache-{FORMAT}-{package_hash()}".encode())
@@ -123,77 +227,185 @@ def entry_key(kobj, spec_key, extra):
     return h.hexdigest()
 
 
+# ---- entries: "spvad-cache <FORMAT> <sha256 of key and body>\n" + body ----------------------------------------
+def _header(key, body):
+    digest = hashlib.sha256(key.encode() + b"\n" + body).hexdigest()
+    return f"spvad-cache {FORMAT} {digest}\n".encode()
+
+
 def load(key):
+    """The body stored under `key`, or None. An entry of another user is ignored (left alone); a bad one
+    (truncated, edited, from another format or another key) is deleted. Loading marks the entry used."""
     d = cache_dir()
     if d is None or key is None:
         return None
+    path = os.path.join(d, key + SUFFIX)
     try:
-        with open(os.path.join(d, key + ".pkl"), "rb") as f:
-            return f.read()
-    except Exception:   # missing, truncated or from another version: recompile
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
         return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not _ours(st):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read()
+        os.utime(fd if os.utime in os.supports_fd else path)   # least recently used goes first
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    header, _, body = data.partition(b"\n")
+    if header + b"\n" != _header(key, body):
+        discard(key)
+        return None
+    return body
 
 
-def store(key, data):
+def discard(key):
+    d = cache_dir()
+    if d is not None:
+        _remove(os.path.join(d, key + SUFFIX))
+
+
+def _remove(path):
+    try:
+        st = os.lstat(path)
+        if _ours(st):   # never another user's file
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def store(key, body):
     d = cache_dir()
     if d is None or key is None:
         return
+    path = os.path.join(d, key + SUFFIX)
     try:
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
+        if os.path.lexists(path) and not _ours(os.lstat(path)):
+            return   # another user's entry: left alone
+        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")   # mode 0600
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, os.path.join(d, key + ".pkl"))   # atomic: concurrent processes never see half a file
-    except Exception:
-        pass   # the cache is an optimisation; never fail a launch because of it
+            f.write(_header(key, body) + body)
+        os.replace(tmp, path)   # atomic: concurrent processes never see half a file
+    except OSError:
+        return   # the cache is an optimisation; never fail a launch because of it
+    # the folder is scanned once per process, then this process's writes are added up (a scan per store
+    # is quadratic in the number of entries); past the bound, it is scanned again and trimmed
+    if d not in _usage or _usage[d] + len(body) > max_bytes():
+        _usage[d] = evict(d)
+    else:
+        _usage[d] += len(body)
 
 
-# ---- compiled kernels ------------------------------------------------------------------------------------
+_usage = {}   # folder -> bytes of entries, as of this process's last scan plus its writes since
+
+
+def evict(d):
+    """When the folder is past SPVAD_CACHE_MAX_MB, delete the least recently used entries (by mtime) down to
+    EVICT_TO of it (so the next stores do not each rescan); returns the bytes left. The VkPipelineCache file
+    counts as an entry (it is rewritten at exit); files of other users are neither counted nor deleted;
+    entries of older formats and temporary files of dead writers go in any case."""
+    limit, now, files = max_bytes(), time.time(), []
+    try:
+        with os.scandir(d) as it:
+            for e in it:
+                name = e.name
+                entry = name.endswith(SUFFIX) or (name.startswith(PIPELINE_CACHE_PREFIX) and name.endswith(".bin"))
+                stale = name.endswith(OLD_SUFFIXES) or name.endswith(".tmp")
+                if not (entry or stale):
+                    continue
+                st = e.stat(follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode) or not _ours(st):
+                    continue
+                if entry:
+                    files.append((st.st_mtime, st.st_size, e.path))
+                elif not name.endswith(".tmp") or now - st.st_mtime > STALE_TMP_S:
+                    _remove(e.path)
+    except OSError:
+        return 0
+    total = sum(size for _, size, _ in files)
+    if total <= limit:
+        return total
+    for _, size, path in sorted(files):
+        if total <= limit * EVICT_TO:
+            break
+        _remove(path)
+        total -= size
+    return total
+
+
+# ---- compiled kernels -------------------------------------------------------------------------------------------
 _TRANSIENT = ("_threads", "last_spec")   # per-runtime state of a CompiledTask, never stored
+SPIRV_MAGIC = b"\x03\x02\x23\x07"
 
 
 def store_compiled(key, ck):
-    """Store a CompiledKernel; captured ndarrays are stored by name and looked up again on load."""
-    if cache_dir() is None or key is None:
+    """Store a CompiledKernel; captured ndarrays are stored by name and looked up again on load. A kernel
+    holding an object the format does not store (cache_format.WHITELIST) is just not cached."""
+    if key is None or cache_dir() is None:
         return
-    captured = [(param, param.name) for param, _ in ck.captured]
-    tasks = []
+    shell = copy.copy(ck)   # every field, whatever fields CompiledKernel has
+    shell.captured = [(param, param.name) for param, _ in ck.captured]
+    shell.tasks = []
     for ct in ck.tasks:
-        state = {k: v for k, v in vars(ct).items() if k not in _TRANSIENT}
-        tasks.append(state)
+        t = copy.copy(ct)
+        for name in _TRANSIENT:
+            vars(t).pop(name, None)
+        shell.tasks.append(t)
     try:
-        payload = pickle.dumps((ck.ir, ck.param_bindings, captured, tasks, ck.check_plan, ck.facts),
-                               protocol=pickle.HIGHEST_PROTOCOL)
-    except (RecursionError, pickle.PicklingError, TypeError, AttributeError):
-        return   # an IR too deep or unusual to pickle: just not cached
-    store(key, payload)
+        body = cache_format.dumps(shell)
+    except (cache_format.NotStorable, RecursionError, ValueError):
+        return
+    store(key, body)
 
 
 def load_compiled(key, kobj, rt):
-    payload = load(key)
-    if payload is None:
+    body = load(key)
+    if body is None:
         return None
-    from .compiler import CompiledKernel, CompiledTask
-    from .spirv import tools
     try:
-        ir, bindings, captured, tasks, plan, facts = pickle.loads(payload)
-    except Exception:
+        ck = cache_format.loads(body)
+        _check(ck, kobj, rt)
+    except (cache_format.BadData, SpirvValidationError, AttributeError, TypeError):
+        discard(key)   # sealed but unusable (another writer's bug, a hand-made file): compile afresh
         return None
     objs = []
-    for param, name in captured:   # the same global names must still hold matching ndarrays
+    for param, name in ck.captured:   # the same global names must still hold matching ndarrays
         obj = _lookup(kobj.fn, name)
         if not getattr(obj, "_spvad_ndarray", False) or obj._runtime is not rt or obj.dtype != param.dtype:
             return None
         objs.append((param, obj))
-    cts = []
-    for state in tasks:
-        ct = CompiledTask.__new__(CompiledTask)
-        vars(ct).update(state)
-        cts.append(ct)
-    if rt.validate_spirv:   # every module handed to the driver is validated when validation is on
-        for ct in cts:
-            tools.validate(ct.lowered.spirv, kernel_name=f"{kobj.name} ({ct.task.name}, cached)")
-    return CompiledKernel(ir, bindings, objs, cts, plan, facts)
+    ck.captured = objs
+    return ck
+
+
+def _check(ck, kobj, rt):
+    """What the launcher relies on: the right classes, well-formed SPIR-V, spirv-val when validation is on
+    (every module that reaches the driver is validated then, cached or not)."""
+    from .compiler import CompiledKernel, CompiledTask, Lowering
+    from .ir.nodes import ArrayParam
+    from .spirv import tools
+    from .spirv.lower import LoweredTask
+    if type(ck) is not CompiledKernel or type(ck.tasks) is not list or type(ck.captured) is not list:
+        raise cache_format.BadData("not a compiled kernel")
+    if not all(type(c) is tuple and len(c) == 2 and type(c[0]) is ArrayParam and type(c[1]) is str
+               for c in ck.captured):
+        raise cache_format.BadData("captured arrays")
+    for ct in ck.tasks:
+        if type(ct) is not CompiledTask:
+            raise cache_format.BadData("not a compiled task")
+        modules = [ct.lowered, *ct.variants.values()] + ([ct.depth_probe] if ct.depth_probe is not None else [])
+        for low in modules:
+            if type(low) is not LoweredTask or type(low.spirv) is not bytes or len(low.spirv) % 4 or \
+                    low.spirv[:4] != SPIRV_MAGIC:
+                raise cache_format.BadData("malformed SPIR-V")
+        if rt.validate_spirv:
+            for low in {id(m): m for m in modules}.values():
+                tools.validate(low.spirv, kernel_name=f"{kobj.name} ({ct.task.name}, cached)")
+            if isinstance(ct.relower, Lowering):   # variants lowered later are validated too
+                ct.relower.validate = True
 
 
 def _lookup(fn, name):

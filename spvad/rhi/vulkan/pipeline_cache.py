@@ -19,7 +19,8 @@ def create(device, props, folder):
     if path and os.path.exists(path):
         try:
             with open(path, "rb") as f:
-                data = f.read()
+                if not hasattr(os, "getuid") or os.fstat(f.fileno()).st_uid == os.getuid():
+                    data = f.read()   # another user's file never reaches the driver
         except OSError:
             data = b""
     if data:
@@ -43,7 +44,7 @@ def save(device, cache, props, folder):
         buf = ffi.new("char[]", size[0])
         if lib.vkGetPipelineCacheData(device, cache, size, buf) < 0:
             return
-        os.makedirs(folder, exist_ok=True)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
             f.write(ffi.buffer(buf, size[0]))
