@@ -18,10 +18,11 @@ from .errors import AdStackOverflowError, DeviceError, SpvadError
 from .ir import nodes as N
 from .ir import simplify, verify
 from .ir.frontend import build_kernel
-from .ir.interp import eval_num_threads
+from .ir.interp import eval_num_threads, out_of_bounds_message
 from .spirv import tools
 from .spirv.lower import lower_task
 from .spirv.lower_adstack import FUNCTION, HOMES, choose_homes, function_budget_words, stack_shapes
+from .spirv.lower_bounds import read_violation
 
 HOME_ENV = "SPVAD_ADSTACK_HOME"   # function | buffer | auto (default): where adstacks live, read at launch
 
@@ -105,13 +106,12 @@ class CompiledTask:
             entry = rt.pipelines[key] = (p, self)   # holding self keeps id(self) unique
         return entry[0]
 
-    # ---- adstack overflow flags ----
+    # ---- device-side error flags: adstack overflow, a loop cut short, an out-of-bounds access (debug) ----
     def flag_buffer(self, rt):
         key = ("flags", id(self))
         entry = rt.pipelines.get(key)
-        if entry is None:
-            words = 2 + len(self.lowered.adstacks)   # overflow bits, depths, loop-cut word
-            entry = rt.pipelines[key] = (rt.device.create_buffer(4 * words), self)
+        if entry is None:   # every stack-home variant has the same words (lower_memory.Layout.flag_words)
+            entry = rt.pipelines[key] = (rt.device.create_buffer(4 * self.lowered.flag_words), self)
         return entry[0]
 
     def after_launch(self, rt, spec):
@@ -123,21 +123,25 @@ class CompiledTask:
             rt.pending_checks.append(lambda: self.check_flags(rt))
 
     def check_flags(self, rt):
-        """At sync: the error the launches since the last sync flagged (adstack overflow, a loop cut short)."""
+        """At sync: the error the launches since the last sync flagged, the words cleared for the next ones.
+        An out-of-bounds access comes first: what it skipped can explain the rest."""
         rt.pending_checks_owners.discard(self)
-        buf = self.flag_buffer(rt)
-        words = buf.view(np.uint32)[: 2 + len(self.lowered.adstacks)]
-        if words[-1]:
-            words[:] = 0
-            return loop_cut_error(self.kernel_name, rt)
-        if not words[0]:
-            return None
+        low = self.lowered
+        words = self.flag_buffer(rt).view(np.uint32)[: low.flag_words]
+        error = bounds_error(f"{self.kernel_name} ({self.task.name})", low, words)
+        if error is None and words[N.FLAG_WORDS_HEADER + len(low.adstacks)]:
+            error = loop_cut_error(self.kernel_name, rt)
+        if error is None and words[0]:
+            error = self.overflow_error(words)
+        words[:] = 0
+        return error
+
+    def overflow_error(self, words):
         stacks = self.lowered.adstacks
         # depth words are written only by overflowing pushes (bit k of word 0 saturates at 31 stacks)
-        hit = [k for k in range(len(stacks)) if words[1 + k]]
-        needed = max(int(words[1 + k]) for k in hit)
+        hit = [k for k in range(len(stacks)) if words[N.FLAG_WORDS_HEADER + k]]
+        needed = max(int(words[N.FLAG_WORDS_HEADER + k]) for k in hit)
         caps = [self.capacity(stacks[k]) for k in hit]
-        words[:] = 0
         return AdStackOverflowError(
             f"kernel {self.kernel_name}: an adstack overflowed on the device (capacity {max(caps)}, the "
             f"loop needed {needed}); pass ad_stack_size>={needed} (kernel option or sp.init)")
@@ -157,16 +161,20 @@ class CompiledTask:
         view[:] = 0
         from .kernel import dispatch
         probe_arrays = arrays + [_Counters(counts)]
-        flags = []
-        if self.depth_probe.flag_binding is not None:   # its loops are checked like any kernel's
-            flags = [rt.device.create_buffer(8)]
-        dispatch(rt, self.depth_probe, pipe, probe_arrays, scalars, shapes + [(self.depth_words,)], n, flags)
+        flags, low = [], self.depth_probe
+        if low.flag_binding is not None:   # its loops and (debug) accesses are checked like any kernel's
+            flags = [rt.device.create_buffer(4 * low.flag_words)]
+        dispatch(rt, low, pipe, probe_arrays, scalars, shapes + [(self.depth_words,)], n, flags)
         rt.sync()
-        cut = flags and flags[0].view(np.uint32)[1]
+        error = None
         for b in flags:
+            words = b.view(np.uint32)[: low.flag_words]
+            error = bounds_error(f"{self.kernel_name} ({self.task.name}, measuring adstack depths)", low, words)
+            if error is None and words[N.FLAG_WORDS_HEADER]:
+                error = loop_cut_error(self.kernel_name + " (measuring adstack depths)", rt)
             b.release()
-        if cut:
-            raise loop_cut_error(self.kernel_name + " (measuring adstack depths)", rt)
+        if error is not None:
+            raise error
         return {sid: round_up_pow2(int(view[sid])) for sid in self.sizer.measured}
 
     def capacity(self, stack):
@@ -179,6 +187,19 @@ class _Counters:
 
     def __init__(self, buffer):
         self.buffer = buffer
+
+
+def bounds_error(where, lowered, words):
+    """The DeviceError of the out-of-bounds access recorded in the flag `words` (lower_bounds.py), or None."""
+    found = read_violation(lowered, words)
+    if found is None:
+        return None
+    (what, array, field, _, loc), index, shape = found
+    effect = "it read 0" if what == "load" else "it was skipped"
+    return DeviceError(
+        f"kernel {where}: out-of-bounds {what}: {out_of_bounds_message(array, field, index, shape, loc)}\n"
+        f"(sp.init(debug=True) checks every access: {effect} and the thread went on; this is the first "
+        "out-of-bounds access of the launches since the last sync)")
 
 
 def loop_cut_error(kernel_name, rt):
@@ -263,12 +284,14 @@ class Lowering:
     """Lowers one task for a given stack-home assignment (validated when validation is on); picklable, so
     compiled kernels can go to the disk cache."""
 
-    def __init__(self, kernel, task, local_size, features, validate, kernel_name):
+    def __init__(self, kernel, task, local_size, features, validate, kernel_name, bounds_check=False):
         self.kernel, self.task, self.local_size = kernel, task, local_size
         self.features, self.validate, self.kernel_name = features, validate, kernel_name
+        self.bounds_check = bounds_check   # sp.init(debug=True): every global access checks its indices
 
     def __call__(self, homes=None):
-        low = lower_task(self.kernel, self.task, local_size=self.local_size, features=self.features, homes=homes)
+        low = lower_task(self.kernel, self.task, local_size=self.local_size, features=self.features, homes=homes,
+                         bounds_check=self.bounds_check)
         if self.validate:
             tools.validate(low.spirv, kernel_name=f"{self.kernel_name} ({self.task.name})")
         return low
@@ -283,12 +306,13 @@ def compile_kernel(kobj, specs, mode, rt, target=None):
     for task in ir.tasks:
         local = 1 if task.kind == "serial" else rt.device.info.get("preferred_local_size", 128)
 
-        lower = Lowering(ir, task, local, features, rt.validate_spirv, kobj.name)
+        lower = Lowering(ir, task, local, features, rt.validate_spirv, kobj.name, rt.debug)
         ct = CompiledTask(task, lower(), kobj.name, relower=lower)
         count = getattr(task, "count_kernel", None)
         if count is not None:
             count_kernel, ct.depth_words = count
-            ct.depth_probe = lower_task(count_kernel, count_kernel.tasks[0], local_size=local, features=features)
+            ct.depth_probe = lower_task(count_kernel, count_kernel.tasks[0], local_size=local, features=features,
+                                        bounds_check=rt.debug)
             if rt.validate_spirv:
                 tools.validate(ct.depth_probe.spirv, kernel_name=f"{kobj.name} ({task.name} depth probe)")
         tasks.append(ct)

@@ -144,7 +144,7 @@ class Kernel:
         rt = runtime.get()
         key = (tuple(s if isinstance(s, T.DType) else (s.dtype, s.ndim, s.needs_grad, s.needs_dual)
                      for s in specs), grad_mode, self.ad_stack_size or rt.ad_stack_size,
-               tuple(sorted(target.items())) if target else None, rt.serial)
+               tuple(sorted(target.items())) if target else None, rt.debug, rt.serial)
         ck = self._cache.get(key)
         if ck is None:
             features = target or rt.device.info["features"]

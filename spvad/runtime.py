@@ -43,19 +43,28 @@ class Runtime:
         self.validate_spirv = validate_spirv
         self.pending_checks = []    # callables run after each sync (adstack overflow flags)
         self.pending_checks_owners = set()
+        self.released_after_sync = set()   # ids of CompiledTasks to release once their flags were read
         self.pipelines = {}         # (kernel key, task index, spec constants) -> pipeline
         self.spare_buffers = SparePool(self.device)   # a Tape's checkpoint buffers, reused by the next Tape
 
     def sync(self):
         self.device.sync()
         checks, self.pending_checks = self.pending_checks, []
-        errors = [e for e in (check() for check in checks) if e is not None]
+        try:
+            errors = [e for e in (check() for check in checks) if e is not None]
+        finally:
+            if self.released_after_sync:   # their kernels went away before their flags were read
+                ids, self.released_after_sync = self.released_after_sync, set()
+                self.release_tasks(ids)
         if errors:
             raise errors[0]
 
     def release_tasks(self, task_ids):
         """Free the pipelines and buffers kept for the CompiledTasks with these ids (their kernel is gone);
         every entry of `pipelines` holds its CompiledTask last."""
+        waiting = task_ids & {id(ct) for ct in self.pending_checks_owners}   # flags not read yet
+        self.released_after_sync |= waiting
+        task_ids = task_ids - waiting
         for key in [k for k, entry in self.pipelines.items() if id(entry[-1]) in task_ids]:
             for obj in self.pipelines.pop(key)[:-1]:
                 obj.release()   # deferred by the device while recorded launches may still use it

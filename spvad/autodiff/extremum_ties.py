@@ -79,7 +79,10 @@ def _replay(block, m, ids, count_site):
 
 def count_winners(scratch, final_field):
     """The reverse-mode counting: `if v == final: ties[idx] += 1`."""
-    def count_site(site, m, emit):
+    def count_site(site, m, emit_stmt):
+        def emit(s):   # the counting reports (e.g. a debug bounds check) the source line of the atomic
+            s.loc = site.loc
+            return emit_stmt(s)
         idx = tuple(m[i] for i in site.indices)
         v = m[site.value]
         final = emit(N.GlobalLoad(site.array, idx, final_field))

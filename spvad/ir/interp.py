@@ -17,7 +17,21 @@ class InterpError(SpvadError):
 
 
 class OutOfBoundsError(InterpError, IndexError):
-    """A global access outside its array."""
+    """A global access outside its array (a debug build's device check reports the same: see
+    spirv/lower_bounds.py)."""
+
+
+def access_kind(s):
+    """"load", "store" or "atomic <kind>": what a GlobalLoad/GlobalStore/AtomicRMW does, for messages."""
+    return "load" if isinstance(s, N.GlobalLoad) else "store" if isinstance(s, N.GlobalStore) else \
+        f"atomic {s.kind}"
+
+
+def out_of_bounds_message(array, field, index, shape, loc=None):
+    """How the oracle and the device's bounds check name an access outside its array."""
+    name = array if field in ("primal", "final") else f"{array}.{field}"   # final: the array's own contents
+    where = f"\n    at {loc}" if loc else ""
+    return f"{name}[{', '.join(map(str, index))}] is out of bounds for shape {tuple(shape)}{where}"
 
 
 # ---- scalar semantics ---------------------------------------------------------------------------------
@@ -232,8 +246,8 @@ class _Thread:
         buf = self.run.buffer(s.array, s.field)
         idx = tuple(int(self.env[i]) for i in s.indices)
         if len(idx) != buf.ndim or any(not 0 <= i < n for i, n in zip(idx, buf.shape)):
-            raise OutOfBoundsError(f"{s.array.name}.{s.field}{list(idx)} is out of bounds for shape "
-                                   f"{buf.shape}" + (f" ({s.loc})" if s.loc else ""))
+            raise OutOfBoundsError(f"kernel {self.run.kernel.name}: out-of-bounds {access_kind(s)}: "
+                                   + out_of_bounds_message(s.array.name, s.field, idx, buf.shape, s.loc))
         return buf, idx
 
     def block(self, block):

@@ -29,7 +29,7 @@ class LoweringError(SpvadError):
 class LoweredTask:
     spirv: bytes          # the module
     bindings: list        # binding k -> (array_index, field), field in "primal"/"grad"/"dual"; first use
-    flag_binding: object  # int binding of the adstack flag buffer (u32 words), after the arrays, or None
+    flag_binding: object  # int binding of the flag buffer (u32 words: lower_memory), after the arrays, or None
     push_fields: list     # ("scalar", scalar_index, dtype) or ("shape", array_index, axis, i32), in order
     push_format: str      # little-endian struct format of the push constants (padding included)
     push_size: int        # bytes, 0 when nothing is pushed
@@ -38,21 +38,27 @@ class LoweredTask:
     spec_ids: dict        # spec id -> default value of every OpSpecConstant emitted
     homes: tuple = ()     # home of each adstack: "function" (arrays) or "buffer" (slices of stack_heap)
     stack_heap: object = None   # lower_adstack.StackHeap (binding after the flags, bytes per thread)
+    flag_words: int = 0         # u32 words of the flag buffer (lower_memory.Layout.flag_words)
+    bounds_word: int = None     # debug builds: first word of the bounds-violation record (lower_bounds.py)
+    bounds_sites: tuple = ()    # lower_bounds.site_of of each checked access, by site number
+    bounds_axes: int = 0        # index (and shape) words of the record
 
     @property
     def num_buffers(self):
         return len(self.bindings) + (self.flag_binding is not None) + (self.stack_heap is not None)
 
 
-def lower_task(kernel, task, *, local_size=128, features=None, homes=None):
+def lower_task(kernel, task, *, local_size=128, features=None, homes=None, bounds_check=False):
     """Lower `task` of `kernel` to SPIR-V; raise LoweringError when the device cannot run it. `homes`:
-    "function" or "buffer" per adstack (nodes.adstacks_of order); None puts every stack in Function scope."""
+    "function" or "buffer" per adstack (nodes.adstacks_of order); None puts every stack in Function scope.
+    `bounds_check` (debug builds): every global access checks its indices (lower_bounds.py)."""
     features = dict(DEFAULT_FEATURES if features is None else features)
-    return _Lowerer(kernel, task, local_size if task.kind == "parallel" else 1, features, homes).run()
+    local_size = local_size if task.kind == "parallel" else 1
+    return _Lowerer(kernel, task, local_size, features, homes, bounds_check).run()
 
 
 class _Lowerer:
-    def __init__(self, kernel, task, local_size, features, homes=None):
+    def __init__(self, kernel, task, local_size, features, homes=None, bounds_check=False):
         self.kernel, self.task, self.local_size, self.features = kernel, task, local_size, features
         self.adaptive_local_size = task.kind == "parallel" and bool((features or {}).get("adaptive_local_size"))
         self.m = m = Module(version=(1, 3))
@@ -64,7 +70,7 @@ class _Lowerer:
         self.loops = []        # innermost last: [merge label, continue label, broken?]
         self.spec_ids = {}     # spec id -> (default, constant id)
         self.cur_label = None
-        self.layout = plan_layout(kernel, task, features, homes)
+        self.layout = plan_layout(kernel, task, features, homes, bounds_check)
         self.mem = Memory(self, self.layout)
         self.adstacks = AdStacks(self, self.mem, self.layout)
 
@@ -164,9 +170,11 @@ class _Lowerer:
                      f.emit(Op.OpLoad, u32, local))
         self.tid = self.emit(Op.OpBitcast, T.i32, tid)
         self.adstacks.declare(tid)
+        self.mem.bounds.declare()
         self.block(self.task.header)
         inside = self.emit(Op.OpSLessThan, T.u1, self.tid, self.value(self.task.num_threads))
         self.if_then_else(inside, self.task.body, None)
+        self.mem.bounds.finish()   # the thread's first out-of-bounds access, if any, to the flag buffer
         if f.in_block:
             f.emit_void(Op.OpReturn)
         f.end()
@@ -174,7 +182,9 @@ class _Lowerer:
             spirv=m.to_bytes(), bindings=list(lay.bindings), flag_binding=lay.flag_binding,
             push_fields=list(lay.push_fields), push_format=lay.push_format, push_size=lay.push_size,
             local_size=self.local_size, adstacks=list(lay.adstacks),
-            spec_ids={k: v[0] for k, v in self.spec_ids.items()}, homes=lay.homes, stack_heap=lay.heap)
+            spec_ids={k: v[0] for k, v in self.spec_ids.items()}, homes=lay.homes, stack_heap=lay.heap,
+            flag_words=lay.flag_words, bounds_word=lay.bounds_word, bounds_sites=lay.bounds_sites,
+            bounds_axes=lay.bounds_axes)
 
     # ---- statements ----
     def block(self, block):

@@ -1,5 +1,9 @@
-"""Memory side of the IR -> SPIR-V lowering: the task's layout (bindings, push constants, adstack homes),
-storage buffers, global loads/stores, atomics (native or compare-exchange loops) and the adstack flags.
+"""Memory side of the IR -> SPIR-V lowering: the task's layout (bindings, push constants, adstack homes, flag
+words), storage buffers, global loads/stores, atomics (native or compare-exchange loops) and the flags.
+
+The flag buffer (u32 words, bound after the arrays when a task has adstacks, checked loops or bounds
+checks): word 0 adstack overflow bits, then one depth word per adstack, the loop-cut word, then under
+debug the bounds-violation record (lower_bounds.py).
 
 Float atomics without a native instruction are compare-exchange loops on the element's bit pattern. The
 simplest valid way to get an integer pointer to a float element is to declare that binding's runtime array
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 from .. import types as T
 from ..ir import nodes as N
 from .lower_adstack import BUFFER, FUNCTION, HOMES, StackHeap, stack_shapes, stacks_with_adjoint
+from .lower_bounds import BoundsChecks, checked_accesses, record_words, site_of
 from .spec import Capability, Decoration, GLSL, LoopControl, Op, StorageClass
 
 SCOPE_DEVICE, RELAXED = 1, 0
@@ -37,15 +42,28 @@ class Layout:
     adjoint_stacks: set = field(default_factory=set)  # adstacks that need an adjoint array
     heap: object = None                               # StackHeap when some stack lives in the buffer
     loop_check: bool = False                          # flag loops the driver cut short (see lower.py)
+    site_index: dict = field(default_factory=dict)    # bounds-checked access -> its site number
+    bounds_sites: tuple = ()                          # lower_bounds.site_of of each site, in site order
+    bounds_axes: int = 0                              # most axes of a checked array (record size)
 
     @property
     def flag_binding(self):
-        return len(self.bindings) if self.adstacks or self.loop_check else None
+        return len(self.bindings) if self.adstacks or self.loop_check or self.bounds_sites else None
 
     @property
     def loop_cut_word(self):
         """Flag word set when a loop ended before its exit condition held (after the depth words)."""
         return N.FLAG_WORDS_HEADER + len(self.adstacks)
+
+    @property
+    def bounds_word(self):
+        """First word of the bounds-violation record, or None when nothing is checked."""
+        return self.loop_cut_word + 1 if self.bounds_sites else None
+
+    @property
+    def flag_words(self):
+        """Words of the flag buffer (the layout above; overflow bits, depths and loop-cut word always)."""
+        return self.loop_cut_word + 1 + (record_words(self.bounds_axes) if self.bounds_sites else 0)
 
 
 def needs_cas(s, features):
@@ -56,8 +74,9 @@ def needs_cas(s, features):
     return not (dt == T.f32 and s.kind == "add" and features.get("atomic_float32_add"))
 
 
-def plan_layout(kernel, task, features, homes=None):
-    """`homes`: one of "function"/"buffer" per adstack (adstacks_of order); None: all "function"."""
+def plan_layout(kernel, task, features, homes=None, bounds_check=False):
+    """`homes`: one of "function"/"buffer" per adstack (adstacks_of order); None: all "function".
+    `bounds_check`: check every global access against its array's shape (debug builds)."""
     lay = Layout(adstacks=N.adstacks_of(task))
     lay.homes = tuple(homes) if homes is not None else (FUNCTION,) * len(lay.adstacks)
     if len(lay.homes) != len(lay.adstacks) or not set(lay.homes) <= set(HOMES):
@@ -66,6 +85,12 @@ def plan_layout(kernel, task, features, homes=None):
     lay.loop_check = bool(features.get("loop_iteration_cap")) and any(
         isinstance(s, (N.RangeFor, N.While)) for s in N.walk(task.body))
     scalars, shapes = set(), set()
+    if bounds_check:   # every axis of a checked array's shape is pushed (row-major addressing needs 1..)
+        sites = checked_accesses(task)
+        lay.site_index = {s: k for k, s in enumerate(sites)}
+        lay.bounds_sites = tuple(site_of(s) for s in sites)
+        lay.bounds_axes = max((s.array.ndim for s in sites), default=0)
+        shapes.update((s.array.index, axis) for s in sites for axis in range(s.array.ndim))
     for s in list(N.walk(task.header)) + list(N.walk(task.body)):
         if isinstance(s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)):
             key = (s.array.index, s.field)
@@ -134,6 +159,7 @@ class Memory:
             self.push_var = m.variable(m.type_pointer(StorageClass.PushConstant, st),
                                        StorageClass.PushConstant)
             m.name(self.push_var, "push")
+        self.bounds = BoundsChecks(L, self, layout)
 
     def word_type(self, dt):
         if dt.bits == 64:
@@ -172,8 +198,9 @@ class Memory:
         return out
 
     # ---- global memory ----
-    def element_ptr(self, s):
-        """Pointer to the element `s` (GlobalLoad/GlobalStore/AtomicRMW) addresses, row-major."""
+    def element_ptr(self, s, ok=None):
+        """Pointer to the element `s` (GlobalLoad/GlobalStore/AtomicRMW) addresses, row-major; element 0
+        where the bounds-check condition `ok` (when given) is false."""
         L = self.L
         var, elem = self.buffers[(s.array.index, s.field)]
         idx = L.value(s.indices[0]) if s.indices else L.i32c(0)   # a 0-d array has one element
@@ -181,6 +208,8 @@ class Memory:
             dim = L.push_values[("shape", s.array.index, axis)]
             idx = L.f.emit(Op.OpIAdd, self.i32, L.f.emit(Op.OpIMul, self.i32, idx, dim),
                            L.value(s.indices[axis]))
+        if ok is not None:
+            idx = L.f.emit(Op.OpSelect, self.i32, ok, idx, L.i32c(0))
         ptr_t = L.m.type_pointer(StorageClass.StorageBuffer, elem)
         return L.f.emit(Op.OpAccessChain, ptr_t, var, L.i32c(0), idx), elem
 
@@ -201,15 +230,25 @@ class Memory:
             return L.f.emit(Op.OpBitcast, elem, v)
         return v
 
+    # Under debug each access is guarded by its bounds check (lower_bounds.py); without, guarded() is access().
     def global_load(self, s):
-        ptr, elem = self.element_ptr(s)
-        return self.from_storage(s.dtype, elem, self.L.f.emit(Op.OpLoad, elem, ptr))
+        return self.bounds.guarded(s, lambda ok: self._load(s, ok))
 
     def global_store(self, s):
+        self.bounds.guarded(s, lambda ok: self._store(s))
+
+    def atomic(self, s):
+        return self.bounds.guarded(s, lambda ok: self._atomic(s))
+
+    def _load(self, s, ok=None):
+        ptr, elem = self.element_ptr(s, ok)
+        return self.from_storage(s.dtype, elem, self.L.f.emit(Op.OpLoad, elem, ptr))
+
+    def _store(self, s):
         ptr, elem = self.element_ptr(s)
         self.L.f.emit_void(Op.OpStore, ptr, self.to_storage(s.array.dtype, elem, self.L.value(s.value)))
 
-    def atomic(self, s):
+    def _atomic(self, s):
         L, dt = self.L, s.array.dtype
         ptr, elem = self.element_ptr(s)
         v = L.value(s.value)

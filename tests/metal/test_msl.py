@@ -23,14 +23,18 @@ BUFFER_ATTR = re.compile(r"\[\[buffer\((\d+)\)\]\]")
 def runtime():
     """Compiles use the runtime's caches; their target features are METAL_FEATURES throughout, so any
     device will do (Vulkan where the runtime cannot select Metal yet)."""
+    init_runtime()
+    yield
+    sp.reset()
+
+
+def init_runtime(debug=False):
     try:
-        sp.init()
+        sp.init(debug=debug)
     except sp.DeviceError:
         with pytest.MonkeyPatch.context() as mp:
             mp.delenv("SPVAD_BACKEND", raising=False)
-            sp.init(backend="vulkan")
-    yield
-    sp.reset()
+            sp.init(backend="vulkan", debug=debug)
 
 
 def compiled_for_metal(name, grad):
@@ -70,6 +74,28 @@ def test_kernel_translates_with_the_buffer_mapping(name, grad):
     _, _, ck = compiled_for_metal(name, grad)
     for ct in ck.tasks:
         check_program(ck, ct.lowered, translate(ct.lowered, ct.task.name))
+
+
+def test_debug_kernels_translate_with_their_bounds_checks():
+    """sp.init(debug=True) compiles bounds checks into every kernel (the flag buffer becomes a binding where
+    a kernel had none): every case, forward and gradient, still translates with the mapping."""
+    init_runtime(debug=True)
+    try:
+        for name, grad in CASE_IDS:
+            _, _, ck = compiled_for_metal(name, grad)
+            for ct in ck.tasks:
+                low = ct.lowered
+                prog = translate(low, ct.task.name)
+                check_program(ck, low, prog)
+                if low.bounds_sites:
+                    assert low.flag_binding is not None, name
+                    assert "atomic_compare_exchange_weak_explicit((device atomic_uint*)&adstack_flags" \
+                        in prog.source, name
+                if ct.depth_probe is not None:
+                    probe = translate(ct.depth_probe, ct.task.name + "_depth")
+                    assert probe.num_buffers == ct.depth_probe.num_buffers
+    finally:
+        init_runtime()
 
 
 @pytest.mark.parametrize("name", ["integrate", "flip", "halve_until_small"])
