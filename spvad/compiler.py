@@ -99,12 +99,9 @@ class CompiledTask:
         low = low or self.lowered
         key = (id(self), low.homes, tuple(sorted(spec.items())) if spec else ())
         entry = rt.pipelines.get(key)
-        if entry is None:
-            p = rt.device.create_pipeline(
-                low.spirv, name=self.kernel_name, num_buffers=low.num_buffers,
-                push_constant_size=low.push_size, spec_constants=spec or None)
-            entry = rt.pipelines[key] = (p, self)   # holding self keeps id(self) unique
-        return entry[0]
+        if entry is None:   # holding self keeps id(self) unique
+            entry = rt.pipelines[key] = (rt.shared_pipelines.get(low, self.kernel_name, spec), self)
+        return entry[0].pipeline
 
     # ---- device-side error flags: adstack overflow, a loop cut short, an out-of-bounds access (debug) ----
     def flag_buffer(self, rt):

@@ -46,6 +46,7 @@ class Runtime:
         self.released_after_sync = set()   # ids of CompiledTasks to release once their flags were read
         self.pipelines = {}         # (kernel key, task index, spec constants) -> pipeline
         self.spare_buffers = SparePool(self.device)   # a Tape's checkpoint buffers, reused by the next Tape
+        self.shared_pipelines = SharedPipelines(self.device)
 
     def sync(self):
         self.device.sync()
@@ -73,8 +74,51 @@ class Runtime:
         self.pending_checks = []
         self.pending_checks_owners.clear()
         self.pipelines.clear()
+        self.shared_pipelines.clear()
         self.spare_buffers.clear()
         self.device.close()
+
+
+class SharedPipelines:
+    """One driver pipeline per distinct module (SPIR-V, bindings, push constants, specialisation), shared
+    by every kernel object that compiles to it; the last IDLE_KEPT ones no kernel uses any more are kept
+    too. So a kernel made again and again (in a loop, per call) costs one pipeline, not one each: drivers
+    such as lavapipe keep memory for every pipeline ever created, destroyed or not."""
+    IDLE_KEPT = 64
+
+    def __init__(self, device):
+        self.device, self.live, self.idle = device, {}, {}
+
+    def get(self, low, name, spec):
+        key = (low.spirv, low.num_buffers, low.push_size, tuple(sorted(spec.items())) if spec else ())
+        ref = self.live.get(key) or self.idle.pop(key, None)
+        if ref is None:
+            pipeline = self.device.create_pipeline(low.spirv, name=name, num_buffers=low.num_buffers,
+                                                   push_constant_size=low.push_size, spec_constants=spec or None)
+            ref = SharedPipeline(self, key, pipeline)
+        self.live[key] = ref
+        ref.users += 1
+        return ref
+
+    def unused(self, ref):
+        del self.live[ref.key]
+        self.idle[ref.key] = ref
+        if len(self.idle) > self.IDLE_KEPT:   # dicts keep insertion order: the oldest goes
+            self.idle.pop(next(iter(self.idle))).pipeline.release()
+
+    def clear(self):
+        self.live, self.idle = {}, {}   # the device's close destroys the pipelines
+
+
+class SharedPipeline:
+    def __init__(self, owner, key, pipeline):
+        self.owner, self.key, self.pipeline, self.users = owner, key, pipeline, 0
+
+    def release(self):
+        """One user fewer; the last one hands the pipeline to the idle ones."""
+        self.users -= 1
+        if self.users == 0:
+            self.owner.unused(self)
 
 
 class SparePool:

@@ -35,6 +35,21 @@ def test_dropped_kernels_free_their_pipelines():
     np.testing.assert_allclose(x.to_numpy(), np.prod([1.0 + n / 1024 for n in range(60)]), rtol=1e-5)
 
 
+def test_a_kernel_made_again_and_again_reuses_one_pipeline(monkeypatch):
+    """The same kernel made per call (each object dropped after its launch) builds one driver pipeline."""
+    x = sp.from_numpy(np.ones(16, np.float32))
+    make_scaler(1.5)(x)
+    sp.sync()
+    device = runtime.get().device
+    created = []
+    original = device.create_pipeline
+    monkeypatch.setattr(device, "create_pipeline", lambda *a, **k: created.append(1) or original(*a, **k))
+    for _ in range(40):
+        make_scaler(1.5)(x)
+    np.testing.assert_allclose(x.to_numpy(), 1.5 ** 41, rtol=1e-5)
+    assert created == []
+
+
 LONG = textwrap.dedent("""
     import sys, time
     import spvad as sp
