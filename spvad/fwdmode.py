@@ -1,26 +1,14 @@
 """`sp.FwdMode`: kernels launched inside the block run in forward mode (their `.fwd`), in the thread that
 opened the block."""
-import threading
-
 import numpy as np
 
-from . import runtime
+from . import recording, runtime
 from .errors import ArgumentError, AutodiffRuleError
 from .ndarray import Ndarray
 
-_local = threading.local()
-
-
-def _stack():
-    blocks = getattr(_local, "blocks", None)
-    if blocks is None:
-        blocks = _local.blocks = []
-    return blocks
-
-
 def active():
     """The innermost FwdMode block of this thread, or None."""
-    blocks = _stack()
+    blocks = recording.modes.fwd
     return blocks[-1] if blocks else None
 
 
@@ -65,11 +53,11 @@ class FwdMode:
     def __enter__(self):
         self.loss.dual.fill(0)
         self.param.dual.from_numpy(self.seed)   # after: loss may be param itself (an in-place update)
-        _stack().append(self)
+        recording.modes.fwd.append(self)
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        _stack().remove(self)
+        recording.modes.fwd.remove(self)
         try:
             if exc_type is None:
                 runtime.sync()

@@ -6,7 +6,7 @@ import weakref
 
 import numpy as np
 
-from . import cache, fwdmode, recording, runtime, tape
+from . import cache, recording, runtime, tape
 from . import types as T
 from .compiler import compile_kernel
 from .errors import ArgumentError
@@ -160,30 +160,28 @@ class Kernel:
     # ---- launch ----
     def __call__(self, *args):
         with runtime.LOCK:
-            self._launch(args)
+            modes = recording.modes
+            if modes.fwd:
+                return self._launch_forward_mode(modes.fwd[-1], args)
+            recorder = modes.tapes[-1] if modes.tapes else None
+            fast = self._replay
+            if fast is not None and (recorder is None or not tape.validating()):
+                scalars = fast.scalars if fast.matches(args) else fast.new_scalars(self, args)
+                if scalars is not None and (scalars is fast.scalars or fast.same_threads(scalars)):
+                    entry = recorder and recorder.before_launch(self, fast.specs, fast.arrays(args), scalars,
+                                                                fast.ck)
+                    fast.run(args, scalars)
+                    if entry:
+                        recorder.after_launch(entry)
+                    return
+            self._launch(args, recorder)
 
-    def _launch(self, args):
-        mode = fwdmode.active()
-        if mode is not None:
-            specs, arrays, scalars = self._bind(args)
-            specs, ck = self.derivative_with_companions(specs, arrays, "dual", mode.give_dual)
-            mode.prepare(arrays + [obj for _, obj in ck.captured])
-            return launch(ck, arrays, scalars)
-        recorder = recording.current()
-        checking = recorder is not None and tape.validating()
-        fast = self._replay
-        if fast is not None and not checking:
-            scalars = fast.scalars if fast.matches(args) else fast.new_scalars(self, args)
-            if scalars is not None and (scalars is fast.scalars or fast.same_threads(scalars)):
-                entry = recorder and recorder.before_launch(self, fast.specs, fast.arrays(args), scalars, fast.ck)
-                fast.run(args, scalars)
-                if entry:
-                    recorder.after_launch(entry)
-                return
+    def _launch(self, args, recorder):
+        """A launch off the fast path: check and bind everything, compile if needed, record a replay."""
         specs, arrays, scalars = self._bind(args)
         ck = self._compiled(specs)
         entry = recorder and recorder.before_launch(self, specs, arrays, scalars, ck)
-        if checking:
+        if recorder is not None and tape.validating():
             self._checked_launch(specs, arrays, scalars)
         else:
             records = launch(ck, arrays, scalars)
@@ -192,6 +190,14 @@ class Kernel:
             self._replay = Replay(args, specs, scalars, records, ck) if records is not None and immutable else None
         if entry:
             recorder.after_launch(entry)
+
+    def _launch_forward_mode(self, mode, args):
+        """A launch inside sp.FwdMode: the forward-mode kernel, after temporary .dual companions where the
+        derivative would otherwise stop."""
+        specs, arrays, scalars = self._bind(args)
+        specs, ck = self.derivative_with_companions(specs, arrays, "dual", mode.give_dual)
+        mode.prepare(arrays + [obj for _, obj in ck.captured])
+        launch(ck, arrays, scalars)
 
     def _checked_launch(self, specs, arrays, scalars):
         """Run the instrumented variant that detects a read element being overwritten (debug only)."""
