@@ -1,5 +1,6 @@
-"""Without debug=True nothing checks indices in kernels; the driver's robust buffer access (enabled where
-offered) keeps a stray store from touching other arrays' memory."""
+"""Without debug=True nothing checks indices in kernels; the driver's robust buffer access (enabled on GPUs
+that offer it; lavapipe bounds-checks every storage-buffer access by itself) keeps a stray store from
+touching other arrays' memory."""
 import numpy as np
 
 import spvad as sp
@@ -12,8 +13,6 @@ def stray(x: sp.Array, offset: sp.i32):
 
 
 def test_stray_stores_touch_no_other_array():
-    if not sp.device_info()["features"].get("robust_buffer_access"):
-        return   # a device without it: nothing to check here (debug=True checks indices itself)
     arrays = [sp.from_numpy(np.zeros(16, np.float32)) for _ in range(8)]
     for offset in (16, 1000, 100_000, -50):
         stray(arrays[3], offset)
