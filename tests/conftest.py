@@ -44,3 +44,21 @@ def fresh():
     sp.reset()
     yield
     sp.reset()
+
+
+@pytest.fixture
+def debug():
+    """A debug runtime for the test; afterwards its validation messages are checked and the default
+    (debug=False) runtime is back."""
+    sp.init(debug=True)
+    yield
+    rt = runtime.current()
+    try:
+        try:
+            rt.sync()
+        except sp.SpvadError:
+            pass
+        msgs = rt.device.validation_messages()
+        assert not msgs, "Vulkan validation messages:\n" + "\n".join(msgs)
+    finally:
+        sp.init()

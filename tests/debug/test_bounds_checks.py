@@ -10,29 +10,10 @@ import numpy as np
 import pytest
 
 import spvad as sp
-from spvad import runtime
 from spvad.ir.frontend import build_kernel
 from spvad.ir.interp import OutOfBoundsError, run_kernel
 
 N = 4
-
-
-@pytest.fixture
-def debug():
-    """A debug runtime for the test; afterwards its validation messages are checked and the default
-    (debug=False) runtime is back."""
-    sp.init(debug=True)
-    yield
-    rt = runtime.current()
-    try:
-        try:
-            rt.sync()
-        except sp.SpvadError:
-            pass
-        msgs = rt.device.validation_messages()
-        assert not msgs, "Vulkan validation messages:\n" + "\n".join(msgs)
-    finally:
-        sp.init()
 
 
 def line_of(kernel, text):

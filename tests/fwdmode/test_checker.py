@@ -15,24 +15,6 @@ from spvad import runtime
 N = 16
 
 
-@pytest.fixture
-def debug():
-    """A debug runtime for the test; afterwards its validation messages are checked and the default
-    (debug=False) runtime is back."""
-    sp.init(debug=True)
-    yield
-    rt = runtime.current()
-    try:
-        try:
-            rt.sync()
-        except sp.SpvadError:
-            pass
-        msgs = rt.device.validation_messages()
-        assert not msgs, "Vulkan validation messages:\n" + "\n".join(msgs)
-    finally:
-        sp.init(debug=False)
-
-
 def rand(rng, shape, lo=0.3, hi=1.2):
     return (np.where(rng.random(shape) < 0.5, -1.0, 1.0) * rng.uniform(lo, hi, shape)).astype(np.float32)
 

@@ -1,6 +1,5 @@
 """Launches past 2**31 - 1 threads cannot be indexed with 32-bit thread indices: they are refused with a
 ThreadCountError (an ArgumentError) instead of wrapping to fewer threads, or none."""
-import numpy as np
 import pytest
 
 import spvad as sp
