@@ -33,13 +33,13 @@ class FwdMode:
         self.seen = {id(param)}
         self.temporary = []   # arrays given a .dual for this block only
 
-    def give_dual(self, index, array, captured):
+    def give_dual(self, array, name, captured):
         """An array without .dual that receives values depending on differentiated inputs (an intermediate
         the user did not mark) gets a temporary one, so the derivative flows through it."""
         if captured:
-            raise AutodiffRuleError(f"sp.FwdMode: a kernel writes values that depend on needs-dual inputs into a "
-                                    f"global ndarray of shape {array.shape} without .dual; create it with "
-                                    "needs_dual=True")
+            raise AutodiffRuleError(f"sp.FwdMode: a kernel writes values that depend on needs-dual inputs into the "
+                                    f"global ndarray '{name}' (shape {array.shape}), which has no .dual; create it "
+                                    "with needs_dual=True")
         array.dual = Ndarray(array.dtype, array.shape)
         self.temporary.append(array)
 

@@ -234,8 +234,8 @@ class Kernel:
         return out
 
     def derivative_with_companions(self, specs, arrays, mode, give):
-        """(specs, compiled derivative kernel of `mode`) after `give(array index, array)` added a .grad
-        (.dual) to every array that would carry the derivative without one (`give` may raise instead)."""
+        """(specs, compiled derivative kernel of `mode`) after `give(array, parameter name, captured)` added a
+        .grad (.dual) to every array that would carry the derivative without one (`give` may raise instead)."""
         everything = arrays + [obj for _, obj in self._compiled(specs).captured]
         field = "dual" if mode == "dual" else "grad"
         for _ in range(len(everything) + 1):   # each round adds companions; at most one per array
@@ -244,8 +244,9 @@ class Kernel:
             missing = [ai for ai in ck.facts.varied_outputs if getattr(everything[ai], field) is None]
             if not missing:
                 break
+            names = self.array_names(ck)
             for ai in missing:
-                give(ai, everything[ai], ai >= len(arrays))
+                give(everything[ai], names[ai], ai >= len(arrays))
         return specs, ck
 
     @staticmethod
@@ -258,29 +259,28 @@ class Kernel:
         the outputs' .dual (directional derivatives)."""
         with runtime.LOCK:
             specs, arrays, scalars = self._bind(args)
-            launch(self._derivative(specs, arrays, "dual"), arrays, scalars)
+            _, ck = self.derivative_with_companions(specs, arrays, "dual", self._refuse_missing("dual"))
+            launch(ck, arrays, scalars)
 
     def grad(self, *args):
         """Launch the reverse-mode derivative: reads the outputs' .grad, accumulates into the inputs' .grad."""
         with runtime.LOCK:
             specs, arrays, scalars = self._bind(args)
             everything = arrays + [obj for _, obj in self._compiled(specs).captured]
-            self._derivative(specs, arrays, self.reverse_mode(everything))
+            self.derivative_with_companions(specs, arrays, self.reverse_mode(everything),
+                                            self._refuse_missing("grad"))
             self.grad_bound(specs, arrays, scalars)
 
-    def _derivative(self, specs, arrays, mode):
-        """The compiled derivative kernel; an output without a .grad (.dual) whose values depend on inputs
-        that have one is an error: the derivative would silently stop there."""
-        ck = self._compiled(specs, mode)
-        if ck.facts.varied_outputs:
-            what = "dual" if mode == "dual" else "grad"
-            name = self.array_names(ck)[ck.facts.varied_outputs[0]]
+    def _refuse_missing(self, what):
+        """For derivative_with_companions outside a Tape / FwdMode: an output without a .grad (.dual) whose
+        values depend on inputs that have one is an error, since the derivative would silently stop there."""
+        def refuse(array, name, captured):
             raise ArgumentError(
-                f"kernel {self.name}: output '{name}' has no .{what} but its values depend on needs-{what} "
-                f"inputs, so their derivatives would silently miss what flows through it; create it with "
-                f"needs_{what}=True (or use sp.{'FwdMode' if what == 'dual' else 'Tape'}, which adds a "
+                f"kernel {self.name}: output '{name}' has no .{what} but its values depend on "
+                f"needs-{what} inputs, so their derivatives would silently miss what flows through it; create "
+                f"it with needs_{what}=True (or use sp.{'FwdMode' if what == 'dual' else 'Tape'}, which adds a "
                 "temporary one)")
-        return ck
+        return refuse
 
     def grad_bound(self, specs, arrays, scalars, views=None):
         """`grad` with arguments already checked (a Tape replaying what it recorded). `views`: array index ->
@@ -382,8 +382,12 @@ def launch(ck, arrays, scalars, extra=(), views=None):
 def bump_versions(writes, arrays):
     """Every (array index, field) a launch can write now holds new contents."""
     for ai, field in writes:
-        a = arrays[ai]
-        (a if field == "primal" else getattr(a, field)).version += 1
+        companion(arrays[ai], field).version += 1
+
+
+def companion(array, field):
+    """The ndarray behind `field` of `array`: the array itself, or its .grad / .dual."""
+    return array if field == "primal" else getattr(array, field)
 
 
 class Replay:
@@ -399,7 +403,7 @@ class Replay:
         self.specs, self.records = specs, records
         n = len(self.positions)   # what a launch writes, by argument position / captured object
         self.written_args = [(self.positions[ai], f) for ai, f in ck.facts.writes if ai < n]
-        self.written_captured = [(self.captured[ai - n], f) for ai, f in ck.facts.writes if ai >= n]
+        self.written_captured = [companion(self.captured[ai - n], f) for ai, f in ck.facts.writes if ai >= n]
 
     def matches(self, args):
         if len(args) != len(self.args) or self.rt is not runtime.current():
@@ -443,10 +447,9 @@ class Replay:
         else:
             relaunch(self.rt, self.records, scalars)
         for k, field in self.written_args:
-            a = args[k]
-            (a if field == "primal" else getattr(a, field)).version += 1
-        for a, field in self.written_captured:
-            (a if field == "primal" else getattr(a, field)).version += 1
+            companion(args[k], field).version += 1
+        for a in self.written_captured:
+            a.version += 1
 
 
 class BoundReplay:

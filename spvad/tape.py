@@ -117,7 +117,7 @@ class Tape:
     def _gradient_of(self, kernel, specs, arrays, everything):
         """(specs, compiled gradient) for a launch, after giving a temporary .grad to every argument that
         would carry gradient from needs-grad inputs without one (the chain would stop there)."""
-        def give_grad(ai, a, captured):
+        def give_grad(a, name, captured):
             if captured:
                 raise AutodiffRuleError(
                     f"sp.Tape: kernel {kernel.name} writes values that depend on needs-grad inputs into the "
