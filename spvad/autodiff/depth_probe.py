@@ -14,7 +14,7 @@ def build_count_kernel(kernel, task, measured):
     counters = N.ArrayParam("__trip_counts", T.i32, 1, len(kernel.arrays))
     loop_ids = {id(loop): sid for sid, loop in measured.items()}
     allocas = []
-    body = _block(task.body, {}, loop_ids, counters, allocas)
+    body = replay_without_writes(task.body, {}, loop_ids=loop_ids, counters=counters, allocas=allocas)
     body.stmts[0:0] = allocas
     m = {}
     header = N.Block([_clone(s, m) for s in task.header.stmts])
@@ -33,14 +33,20 @@ def _clone(s, m):
     return new
 
 
-def _block(block, m, loop_ids, counters, allocas):
+def replay_without_writes(block, m, on_write=None, loop_ids=(), counters=None, allocas=None):
+    """`block` cloned (value map `m`) without its global writes: a replay that never changes the user's
+    arrays. `on_write(write, m, out)` may put statements of its own in a write's place (`out`: a list).
+    Loops whose id is in `loop_ids` (id -> counter index) also record their trip count with an atomic max
+    into `counters` (their count slots go to `allocas`)."""
     out = []
     for s in block.stmts:
         if isinstance(s, (N.GlobalStore, N.AtomicRMW)):
-            continue   # only control flow matters; never write the user's arrays
+            if on_write is not None:
+                on_write(s, m, out)
+            continue
         if isinstance(s, (N.RangeFor, N.While, N.If)):
             new = _clone(s, m)
-            sid = loop_ids.get(id(s))
+            sid = loop_ids.get(id(s)) if loop_ids else None
             count = None
             if sid is not None:
                 count = N.Alloca(T.i32, "trips")
@@ -48,7 +54,7 @@ def _block(block, m, loop_ids, counters, allocas):
                 zero = N.Const(0, T.i32)
                 out += [zero, N.LocalStore(count, zero)]
             for name in s.BLOCK_FIELDS:
-                inner = _block(getattr(s, name), m, loop_ids, counters, allocas)
+                inner = replay_without_writes(getattr(s, name), m, on_write, loop_ids, counters, allocas)
                 if count is not None:
                     skip = 2 if getattr(s, "exit_flag", None) is not None else 0   # after `if brk: break`
                     old, one = N.LocalLoad(count), N.Const(1, T.i32)

@@ -14,9 +14,10 @@ In reverse mode the derivative task between them gives each winner `adjoint / co
 from .. import types as T
 from ..errors import AutodiffRuleError
 from ..ir import nodes as N
+from ..ir.emit import Emitter
 from ..ir.ops import Op
 from .array_states import load_phases, task_writes
-from .depth_probe import _clone
+from .depth_probe import _clone, replay_without_writes
 
 EXTREMA = ("max", "min")
 
@@ -54,43 +55,25 @@ def won(e, site, value, idx, field):
 
 
 # ---- the counting task ----------------------------------------------------------------------------------
-def counting_task(task, sites, count_site, suffix):
-    """`task` replayed without writes; at every site in `sites`, `count_site(site, m, emit)` emits the
-    counting (given the replay's value map `m`). Returns the new Task."""
-    m, ids = {}, {id(s) for s in sites}
-    header = N.Block([_clone(s, m) for s in task.header.stmts])
-    body = _replay(task.body, m, ids, count_site)
-    return N.Task(task.name + suffix, task.kind, header, m[task.num_threads], body)
+def counting_task(task, sites, scratch):
+    """`task` replayed without writes; each site in `sites` instead counts its contribution if it won:
+    `if v == final: ties[idx] += 1`. Its statements carry the site's source line (for debug checks)."""
+    ids = {id(s) for s in sites}
 
-
-def _replay(block, m, ids, count_site):
-    out = N.Block()
-    for s in block.stmts:
-        if isinstance(s, (N.GlobalStore, N.AtomicRMW)):
-            if id(s) in ids:
-                count_site(s, m, out.append)
-            continue
-        new = _clone(s, m)
-        for name in s.BLOCK_FIELDS:
-            setattr(new, name, _replay(getattr(s, name), m, ids, count_site))
-        out.append(new)
-    return out
-
-
-def count_winners(scratch, final_field):
-    """The reverse-mode counting: `if v == final: ties[idx] += 1`."""
-    def count_site(site, m, emit_stmt):
-        def emit(s):   # the counting reports (e.g. a debug bounds check) the source line of the atomic
-            s.loc = site.loc
-            return emit_stmt(s)
+    def count(site, m, out):
+        if id(site) not in ids:
+            return
+        e = Emitter()
+        e.block, e.loc = out, site.loc
         idx = tuple(m[i] for i in site.indices)
-        v = m[site.value]
-        final = emit(N.GlobalLoad(site.array, idx, final_field))
-        is_winner = emit(N.Compute(Op.EQ, (v, final), T.u1))
-        branch = emit(N.If(is_winner, N.Block(), N.Block()))
-        one = branch.then_body.append(N.Const(1, T.i32))
-        branch.then_body.append(N.AtomicRMW("add", scratch.param(site.array, "ties"), idx, one))
-    return count_site
+        branch = e.emit(N.If(won(e, site, m[site.value], idx, "final"), N.Block(), N.Block()))
+        e.block = branch.then_body
+        e.emit(N.AtomicRMW("add", scratch.param(site.array, "ties"), idx, e.const(1)))
+
+    m = {}
+    header = N.Block([_clone(s, m) for s in task.header.stmts])
+    body = replay_without_writes(task.body, m, on_write=count)
+    return N.Task(task.name + "_ties", task.kind, header, m[task.num_threads], body)
 
 
 # ---- the fix-up task ------------------------------------------------------------------------------------
@@ -131,7 +114,7 @@ def reverse_tie_tasks(task, sites, scratch):
     if not sites:
         return [], []
     targets = list(dict.fromkeys(s.array for s in sites))
-    count = counting_task(task, sites, count_winners(scratch, "final"), "_ties")
+    count = counting_task(task, sites, scratch)
     fixups = [fixup_task(a, scratch, f"{task.name}_{a.name}_winners", "reverse") for a in targets]
     return [count], fixups
 
