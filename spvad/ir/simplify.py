@@ -180,7 +180,7 @@ class _Rewriter:
             if new is not s:
                 self.replace(s, new)
             if new.blocks():
-                written = _written_in(new)
+                written = _written_in(new) if memory else set()   # nothing known: nothing to forget
                 for b in new.blocks():   # a loop body also runs after its own later stores
                     inner = dict(memory)
                     if isinstance(new, (N.RangeFor, N.While)):
