@@ -166,7 +166,7 @@ def _close_at_exit():
     Ctrl-C stopped a sync while a kernel still runs, exit at once instead: closing would wait for the
     kernel (so would the driver's own exit handlers), however long it takes."""
     rt = _current
-    if rt is not None and getattr(rt.device, "interrupted", False) and rt.device.busy():
+    if rt is not None and rt.device.interrupted and rt.device.busy():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)   # 128 + SIGINT, as shells report an interrupted command

@@ -70,6 +70,12 @@ class Pipeline(ABC):
 class Device(ABC):
     """One device of one backend. Use ``close()`` (or ``with``) to free everything it created."""
 
+    interrupted = False   # a Ctrl-C stopped a sync while launches were still running
+
+    def busy(self):
+        """Whether submitted launches are still running (does not wait). Backends that can tell override it."""
+        return False
+
     @property
     @abstractmethod
     def info(self):

@@ -102,7 +102,6 @@ class VulkanDevice(ProgramMixin, Device):
 
     flush_every = 1024        # launches per command buffer before an early submit
     sync_timeout_s = 120.0    # lavapipe compiles at first dispatch; huge private arrays take long
-    interrupted = False       # a Ctrl-C stopped a wait while launches were still running
 
     def __init__(self, selector=None, validation=False, pipeline_cache_dir=None):
         self._closed = False
