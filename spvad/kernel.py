@@ -459,13 +459,16 @@ class BoundReplay:
     def __init__(self, specs, arrays, records, ck):
         self.rt = runtime.current()
         self.arrays = [weakref.ref(a) for a in arrays]
+        # the recorded dispatches bind these .grad buffers: a Tape's temporary .grad is a new one each time
+        self.grads = [a.grad is not None and weakref.ref(a.grad) for a in arrays]
         self.dtypes = _scalar_dtypes(specs)
         self.records, self.ck = records, ck
 
     def rerun(self, specs, arrays, scalars):
         if self.rt is not runtime.current() or self.dtypes is None or len(arrays) != len(self.arrays) or any(
-                r() is not a for r, a in zip(self.arrays, arrays)) or _scalar_dtypes(specs) != self.dtypes or \
-                not same_threads(self.records, scalars):
+                r() is not a or (g() is not a.grad if g else a.grad is not None)
+                for r, g, a in zip(self.arrays, self.grads, arrays)) or \
+                _scalar_dtypes(specs) != self.dtypes or not same_threads(self.records, scalars):
             return False
         relaunch(self.rt, self.records, scalars)
         bump_versions(self.ck.facts.writes, arrays + [obj for _, obj in self.ck.captured])

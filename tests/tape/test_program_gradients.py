@@ -491,3 +491,26 @@ def test_vector_setitem_clears_one_element(rng):
         return np.sum(spin_np(q) ** 2)
 
     check(p.grad.to_numpy(), loss_of, inputs, "p")
+
+
+def test_same_tape_again_with_a_temporary_grad(rng):
+    """A training loop re-runs one Tape: the unmarked intermediate gets a new temporary .grad each time, and
+    a gradient launch repeated with the same arguments (here square_sum's, the last of one backward pass
+    and the first of the next) must bind the new .grad, not replay the old dispatch."""
+    inputs = {"x": rand(rng), "w": rand(rng)}
+    x = sp.from_numpy(inputs["x"], needs_grad=True)
+    w = sp.from_numpy(inputs["w"], needs_grad=True)
+    tmp = sp.ndarray(sp.f32, (N,))
+    loss = sp.ndarray(sp.f32, (), needs_grad=True)
+
+    def loss_of(p):
+        return 2 * np.sum(step_np(p["x"], p["w"]) ** 2)
+
+    for _ in range(3):
+        loss.fill(0.0)
+        with sp.Tape(loss):
+            step(x, tmp, w, DT)
+            square_sum(tmp, loss)
+            square_sum(tmp, loss)
+        check(x.grad.to_numpy(), loss_of, inputs, "x")
+        check(w.grad.to_numpy(), loss_of, inputs, "w")
