@@ -3,8 +3,9 @@ from .errors import (AdStackOverflowError, ArgumentError, AutodiffRuleError, Com
                      PipelineCreationError, SpirvValidationError, SpvadError, ThreadCountError)
 from .kernel import func, kernel
 from .lang import (Array, abs, acos, asin, atan, atan2, atomic_add, atomic_max, atomic_min, cast, ceil, clamp,
-                   cos, cosh, cross, dot, exp, floor, length, log, log2, max, min, ndrange, normalize, pow, round,
-                   rsqrt, select, sign, sin, sinh, sqrt, static, tan, tanh)
+                   cos, cosh, cross, dot, exp, exp2, expm1, floor, fmod, hypot, length, log, log1p, log2, log10,
+                   max, min, ndrange, normalize, pow, round, rsqrt, select, sign, sin, sinh, sqrt, static, tan,
+                   tanh)
 from .ndarray import from_numpy, ndarray
 from .runtime import device_info, init, reset, sync
 from .fwdmode import FwdMode

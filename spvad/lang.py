@@ -28,12 +28,15 @@ def _round(x):
 
 _NUMPY_UNARY = {"sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
                 "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "exp": np.exp,
-                "log": np.log, "log2": np.log2, "sqrt": np.sqrt, "rsqrt": _rsqrt, "floor": np.floor,
+                "log": np.log, "log2": np.log2, "exp2": np.exp2, "log10": np.log10, "expm1": np.expm1,
+                "log1p": np.log1p, "sqrt": np.sqrt, "rsqrt": _rsqrt, "floor": np.floor,
                 "ceil": np.ceil, "round": _round, "abs": np.abs, "sign": np.sign}
 for _name, _fn in _NUMPY_UNARY.items():
     globals()[_name] = _builtin(_name, lambda x, _f=_fn: _f(x))
 
 atan2 = _builtin("atan2", lambda y, x: np.arctan2(y, x))
+hypot = _builtin("hypot", lambda x, y: np.hypot(x, y))
+fmod = _builtin("fmod", lambda x, y: np.fmod(x, y))   # C fmod: the sign of x (Python's % takes y's)
 pow = _builtin("pow", lambda x, y: np.power(x, y))
 min = _builtin("min", lambda *xs: np.minimum.reduce(xs))
 max = _builtin("max", lambda *xs: np.maximum.reduce(xs))
@@ -83,5 +86,5 @@ def ndrange(*extents):
 ndrange._spvad_builtin = "ndrange"
 
 __all__ = ["Array", "dot", "cross", "length", "normalize",
-           "atan2", "pow", "min", "max", "clamp", "select", "cast", "atomic_add", "atomic_max",
+           "atan2", "hypot", "fmod", "pow", "min", "max", "clamp", "select", "cast", "atomic_add", "atomic_max",
            "atomic_min", "static", "ndrange", *_NUMPY_UNARY]

@@ -78,9 +78,9 @@ class KernelBuilder:
         idx = idx if isinstance(idx, tuple) else (idx,)
         return self.add(N.GlobalStore(a, idx, value, field))
 
-    def atomic(self, kind, a, idx, value, field="primal"):
+    def atomic(self, op, a, idx, value, field="primal"):
         idx = idx if isinstance(idx, tuple) else (idx,)
-        return self.add(N.AtomicRMW(kind, a, idx, value, field))
+        return self.add(N.AtomicRMW(op, a, idx, value, field))
 
     def alloca(self, dtype, name=""):
         return self.add(N.Alloca(dtype, name))

@@ -68,8 +68,8 @@ def _indexed(expr, nargs):
 # ---- data ----------------------------------------------------------------------------------------------
 def data(rng, dtype, domain, n=N_ELEMS):
     """Random non-zero inputs of `dtype` in `domain`: 'any' (both signs), 'pos', 'unit' (|x| < 1), 'tan',
-    'shift' (ints 0..31), 'halves' (k + 0.5 mixed with random), 'small' (|x| <= 3); 'zeros' is 'any'
-    with every third element 0 (for truthiness)."""
+    'shift' (ints 0..31), 'halves' (k + 0.5 mixed with random), 'small' (|x| <= 3), 'tiny' (|x| from
+    1e-7 to 1e-2, log-uniform); 'zeros' is 'any' with every third element 0 (for truthiness)."""
     if domain == "zeros":
         v = data(rng, dtype, "any", n)
         v[::3] = 0
@@ -87,6 +87,9 @@ def data(rng, dtype, domain, n=N_ELEMS):
             v = rng.integers(1, 8, n) * np.where(rng.random(n) < 0.5, -1, 1)
         else:
             v = rng.integers(1, 100, n) * np.where(rng.random(n) < 0.5, -1, 1)
+        return v.astype(NP[dtype])
+    if domain == "tiny":
+        v = np.exp(rng.uniform(np.log(1e-7), np.log(1e-2), n)) * np.where(rng.random(n) < 0.5, -1.0, 1.0)
         return v.astype(NP[dtype])
     lo, hi, signed = {"any": (0.1, 4.0, True), "pos": (0.1, 4.0, False), "unit": (0.05, 0.95, True),
                       "tan": (0.1, 1.4, True), "small": (0.2, 3.0, True), "halves": (0.1, 4.0, True)}[domain]
@@ -138,6 +141,8 @@ BINARY = [
     ("sp.pow(a, b)", np.power, FLOATS, "same", ("pos", "small"), TRANS),
     ("a ** b", np.power, INTS, "same", ("small", "shift"), 0),   # Op.POWI: wraps like `*` (int64 mod 2**32)
     ("sp.atan2(a, b)", np.arctan2, FLOATS, "same", ("any", "any"), TRANS),
+    ("sp.hypot(a, b)", np.hypot, FLOATS, "same", ("any", "any"), SIMPLE),
+    ("sp.fmod(a, b)", np.fmod, FLOATS, "same", ("any", "any"), SIMPLE),   # C: the sign of a, unlike %
     ("min(a, b)", np.minimum, NUMERIC, "same", ("any", "any"), 0),
     ("max(a, b)", np.maximum, NUMERIC, "same", ("any", "any"), 0),
     ("sp.min(a, b)", np.minimum, NUMERIC, "same", ("any", "any"), 0),
@@ -180,6 +185,12 @@ UNARY = [
     ("sp.exp(a)", np.exp, FLOATS, "float", "any", TRANS),
     ("sp.log(a)", np.log, FLOATS, "float", "pos", TRANS),
     ("sp.log2(a)", np.log2, FLOATS, "float", "pos", TRANS),
+    ("sp.exp2(a)", np.exp2, FLOATS, "float", "any", TRANS),
+    ("sp.log10(a)", np.log10, FLOATS, "float", "pos", TRANS),
+    ("sp.expm1(a)", np.expm1, FLOATS, "float", "tiny", TRANS),   # no cancellation for small |a|
+    ("sp.expm1(a)", np.expm1, FLOATS, "float", "any", TRANS),
+    ("sp.log1p(a)", np.log1p, FLOATS, "float", "tiny", TRANS),
+    ("sp.log1p(a)", np.log1p, FLOATS, "float", "unit", TRANS),
     ("sp.sqrt(a)", np.sqrt, FLOATS, "float", "pos", SIMPLE),
     ("sp.rsqrt(a)", lambda a: 1 / np.sqrt(a), FLOATS, "float", "pos", TRANS),
     ("sp.floor(a)", np.floor, FLOATS, "float", "halves", 0),

@@ -6,7 +6,7 @@ array (through values and local slots), float-typed. Nothing is computed, stored
 """
 from ..errors import AutodiffRuleError
 from ..ir import nodes as N
-from .rules import ZERO_GRADIENT
+from .rules import NOT_DIFFERENTIABLE
 
 CONSTRUCTS = (N.If, N.RangeFor, N.While)
 
@@ -50,7 +50,7 @@ class Activity:
             for s in self.stmts:
                 if s.dtype is not None and s.dtype.is_float and s not in fwd:
                     if (isinstance(s, N.GlobalLoad) and self.is_grad_array_access(s)) or \
-                            (isinstance(s, N.Compute) and s.op not in ZERO_GRADIENT and
+                            (isinstance(s, N.Compute) and s.op not in NOT_DIFFERENTIABLE and
                              any(a in fwd for a in s.args)) or \
                             (isinstance(s, N.LocalLoad) and s.slot in fwd_slots):
                         fwd.add(s)
@@ -62,11 +62,11 @@ class Activity:
         while changed:
             changed = False
             for s in reversed(self.stmts):
-                if isinstance(s, (N.GlobalStore, N.AtomicRMW)) and self.is_grad_array_access(s):
+                if type(s).WRITES_ARRAY and self.is_grad_array_access(s):
                     new = {s.value} - bwd
                 elif isinstance(s, N.Compute) and s in bwd:
                     # no adjoint flows through ints/bools (casts to int, conditions) or zero-gradient ops
-                    if s.op in ZERO_GRADIENT or not s.dtype.is_float:
+                    if s.op in NOT_DIFFERENTIABLE or not s.dtype.is_float:
                         continue
                     new = {a for a in s.args if a.dtype.is_float} - bwd
                 elif isinstance(s, N.LocalLoad) and s in bwd and s.slot not in bwd_slots:
@@ -125,7 +125,7 @@ class Activity:
             while p is not None:   # control dependence: the constructs deciding whether s runs
                 need(p)
                 p = self.parent.get(p)
-            if isinstance(s, (N.RangeFor, N.While)) and getattr(s, "exit_flag", None) is not None:
+            if _exit_flag(s) is not None:
                 for st in stores.get(s.exit_flag, ()):
                     need(st)
                 slots.add(s.exit_flag)
@@ -135,26 +135,31 @@ class Activity:
         """Needed slots that a replay of `construct` reads before writing them: what its snapshot must
         hold. A loop's own exit flag is left out (it is False whenever an iteration starts; the replay
         restores it to False), and so is any slot the body assigns before reading (temporaries, `cont`)."""
-        flag = getattr(construct, "exit_flag", None)
+        flag = _exit_flag(construct)
         read = []
         for b in construct.blocks():
-            stmts = b.stmts[2:] if flag is not None else b.stmts   # the replay skips `if brk: break`
-            for slot in _read_before_written(stmts):
+            for slot in _read_before_written(b.stmts):
                 if slot in self.needed_slots and slot is not flag and slot not in read:
                     read.append(slot)
         return read
 
 
 def _read_before_written(stmts):
-    """Slots some statement loads before a top-level store of this block assigns them, in order."""
+    """Slots some statement loads before a top-level store of this block assigns them, in order (a loop
+    reads its exit flag before its body)."""
     written, out = set(), []
     for s in stmts:
         for t in [s, *(x for b in s.blocks() for x in N.walk(b))]:
-            if isinstance(t, N.LocalLoad) and t.slot not in written and t.slot not in out:
-                out.append(t.slot)
+            slot = t.slot if isinstance(t, N.LocalLoad) else _exit_flag(t)
+            if slot is not None and slot not in written and slot not in out:
+                out.append(slot)
         if isinstance(s, N.LocalStore):
             written.add(s.slot)
     return out
+
+
+def _exit_flag(s):
+    return s.exit_flag if isinstance(s, (N.RangeFor, N.While)) else None
 
 
 def varied_outputs(task, flag="needs_grad"):
@@ -162,7 +167,7 @@ def varied_outputs(task, flag="needs_grad"):
     which depend on a differentiated input: the derivative chain would silently stop there."""
     act = Activity(task, flag)
     return {s.array.index for s in act.stmts
-            if isinstance(s, (N.GlobalStore, N.AtomicRMW)) and s.field == "primal" and s.array.dtype.is_float
+            if type(s).WRITES_ARRAY and s.field == "primal" and s.array.dtype.is_float
             and not getattr(s.array, flag) and s.value in act.varied}
 
 
@@ -172,7 +177,7 @@ def check_differentiable(kernel, task, mode):
     what = "a differentiated kernel" if mode == "reverse" else "a kernel run in forward mode"
     for s in N.walk(task.body):
         where = f"\n    at {s.loc}" if s.loc else ""
-        if isinstance(s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)) and s.field != "primal":
+        if type(s).ACCESSES_ARRAY and s.field != "primal":
             raise AutodiffRuleError(f"kernel {kernel.name}: {what} must not access '{s.array.name}.{s.field}'"
                                     f"{where}")
         if not (isinstance(s, N.AtomicRMW) and s in used):
@@ -180,7 +185,7 @@ def check_differentiable(kernel, task, mode):
         # The old value an atomic returns depends on thread order: reverse mode cannot replay it (the
         # replay would add again), forward mode cannot pair it with the dual buffer's own order.
         if mode == "reverse" or (s.array.needs_dual and s.array.dtype.is_float):
-            raise AutodiffRuleError(f"kernel {kernel.name}: the value returned by sp.atomic_{s.kind} on "
+            raise AutodiffRuleError(f"kernel {kernel.name}: the value returned by sp.{s.op.value} on "
                                     f"'{s.array.name}' cannot be differentiated through"
                                     f"{' in forward mode' if mode == 'forward' else ''} (it depends on "
                                     f"thread order){where}")

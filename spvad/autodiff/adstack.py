@@ -64,24 +64,24 @@ class StackSizer:
 
     def new_stack(self, slot, construct):
         stack = N.AdStackAlloca(slot.dtype, None, f"{slot.name or 'v'}_stack")
-        stack.bound_loop = construct if isinstance(construct, (N.RangeFor, N.While)) else None
+        loop = construct if isinstance(construct, (N.RangeFor, N.While)) else None   # one entry per trip
         if self.fixed is not None:
             stack.capacity = int(self.fixed)
-        elif stack.bound_loop is None:
+        elif loop is None:
             stack.capacity = 1       # an `if`: one snapshot per execution of the enclosing replay
         else:
             try:
-                stack.capacity = max(1, self.max_trips(stack.bound_loop, None))
+                stack.capacity = max(1, self.max_trips(loop, None))
             except NeedsLaunchValues:
                 try:   # bounded for any scalars/shapes, or does a data-dependent part remain?
-                    self.max_trips(stack.bound_loop, (_Ones(), _Ones(), 1))
+                    self.max_trips(loop, (_Ones(), _Ones(), 1))
                     table = self.launch_bounds
                 except Unbounded:
                     table = self.measured
-                stack.capacity_spec_id = self._spec_id(stack.bound_loop, table)
+                stack.capacity_spec_id = self._spec_id(loop, table)
                 stack.capacity = 1   # default of the specialisation constant; set at every launch
             except Unbounded:
-                stack.capacity_spec_id = self._spec_id(stack.bound_loop, self.measured)
+                stack.capacity_spec_id = self._spec_id(loop, self.measured)
                 stack.capacity = 1
         self.stacks.append(stack)
         return stack

@@ -8,7 +8,6 @@ from ..ir import nodes as N
 from .activity import varied_outputs
 
 PRE, POST = "pre", "post"
-WRITES = (N.GlobalStore, N.AtomicRMW)
 PRIMAL_READ_FIELDS = ("primal", "final")   # "final": the contents a task left (atomic max/min winners)
 
 
@@ -41,14 +40,14 @@ def array_facts(forward, compiled, mode, probes=()):
 
 def task_writes(kernel):
     """Per task, the indices of the arrays whose primal contents it can change (stores and atomics)."""
-    return [{s.array.index for s in N.walk(t.body) if isinstance(s, WRITES) and s.field == "primal"}
+    return [{s.array.index for s in N.walk(t.body) if type(s).WRITES_ARRAY and s.field == "primal"}
             for t in kernel.tasks]
 
 
 def written_fields(kernel, num_user_arrays):
     """(array index, field) of every user array (argument or captured) or companion a launch can write."""
     out = {(s.array.index, s.field) for t in kernel.tasks for s in N.walk(t.body)
-           if isinstance(s, WRITES) and s.array.index < num_user_arrays}
+           if type(s).WRITES_ARRAY and s.array.index < num_user_arrays}
     return tuple(sorted(out))
 
 
@@ -69,7 +68,7 @@ def load_phases(task):
             pos = len(loops_of)
             if isinstance(s, N.GlobalLoad) and s.field == "primal":
                 loads.append((s.array.index, pos, loops, s.indices))
-            elif isinstance(s, WRITES) and s.field == "primal":
+            elif type(s).WRITES_ARRAY and s.field == "primal":
                 writes.setdefault(s.array.index, []).append((pos, loops, s.indices))
             for b in s.blocks():
                 visit(b, loops | {s} if isinstance(s, (N.RangeFor, N.While)) else loops)

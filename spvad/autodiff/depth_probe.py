@@ -2,8 +2,6 @@
 recording with an atomic max how many iterations each measured loop ran (per execution, over all threads).
 The runtime launches it before the gradient and sizes those loops' stacks from the counts.
 """
-import copy
-
 from .. import types as T
 from ..ir import nodes as N
 from ..ir.ops import Op
@@ -17,20 +15,10 @@ def build_count_kernel(kernel, task, measured):
     body = replay_without_writes(task.body, {}, loop_ids=loop_ids, counters=counters, allocas=allocas)
     body.stmts[0:0] = allocas
     m = {}
-    header = N.Block([_clone(s, m) for s in task.header.stmts])
+    header = N.Block([N.clone_stmt(s, m) for s in task.header.stmts])
     count_task = N.Task(task.name + "_depth", task.kind, header, m[task.num_threads], body)
     return N.Kernel(kernel.name + "_depth", kernel.arrays + [counters], kernel.scalars, [count_task],
                     kernel.filename), max(measured) + 1
-
-
-def _clone(s, m):
-    new = copy.copy(s)
-    new.id = next(N._ids)
-    new.replace_operands(m)
-    if isinstance(new, N.LoopIndex):
-        new.loop = m[s.loop]
-    m[s] = new
-    return new
 
 
 def replay_without_writes(block, m, on_write=None, loop_ids=(), counters=None, allocas=None):
@@ -40,12 +28,12 @@ def replay_without_writes(block, m, on_write=None, loop_ids=(), counters=None, a
     into `counters` (their count slots go to `allocas`)."""
     out = []
     for s in block.stmts:
-        if isinstance(s, (N.GlobalStore, N.AtomicRMW)):
+        if type(s).WRITES_ARRAY:
             if on_write is not None:
                 on_write(s, m, out)
             continue
         if isinstance(s, (N.RangeFor, N.While, N.If)):
-            new = _clone(s, m)
+            new = N.clone_stmt(s, m)
             sid = loop_ids.get(id(s)) if loop_ids else None
             count = None
             if sid is not None:
@@ -55,16 +43,15 @@ def replay_without_writes(block, m, on_write=None, loop_ids=(), counters=None, a
                 out += [zero, N.LocalStore(count, zero)]
             for name in s.BLOCK_FIELDS:
                 inner = replay_without_writes(getattr(s, name), m, on_write, loop_ids, counters, allocas)
-                if count is not None:
-                    skip = 2 if getattr(s, "exit_flag", None) is not None else 0   # after `if brk: break`
+                if count is not None:   # first in the body: after the exit flag's test, before any work
                     old, one = N.LocalLoad(count), N.Const(1, T.i32)
                     inc = N.Compute(Op.ADD, (old, one), T.i32)
-                    inner.stmts[skip:skip] = [old, one, inc, N.LocalStore(count, inc)]
+                    inner.stmts[0:0] = [old, one, inc, N.LocalStore(count, inc)]
                 setattr(new, name, inner)
             out.append(new)
             if count is not None:
                 k, total = N.Const(sid, T.i32), N.LocalLoad(count)
-                out += [k, total, N.AtomicRMW("max", counters, (k,), total)]
+                out += [k, total, N.AtomicRMW(Op.ATOMIC_MAX, counters, (k,), total)]
         else:
-            out.append(_clone(s, m))
+            out.append(N.clone_stmt(s, m))
     return N.Block(out)

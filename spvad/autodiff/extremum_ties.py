@@ -17,9 +17,8 @@ from ..ir import nodes as N
 from ..ir.emit import Emitter
 from ..ir.ops import Op
 from .array_states import load_phases, task_writes
-from .depth_probe import _clone, replay_without_writes
-
-EXTREMA = ("max", "min")
+from .depth_probe import replay_without_writes
+from .rules import ATOMIC_RULES
 
 
 class TieScratch:
@@ -43,8 +42,8 @@ class TieScratch:
 
 
 def active_extrema(task, act):
-    """The atomic max/min statements of `task` whose contributed value carries a derivative."""
-    return [s for s in N.walk(task.body) if isinstance(s, N.AtomicRMW) and s.kind in EXTREMA
+    """The atomic max/min statements (rule WINNERS) of `task` whose contributed value carries a derivative."""
+    return [s for s in N.walk(task.body) if isinstance(s, N.AtomicRMW) and ATOMIC_RULES[s.op].winners
             and act.is_grad_array_access(s) and s.value in act.active]
 
 
@@ -68,10 +67,10 @@ def counting_task(task, sites, scratch):
         idx = tuple(m[i] for i in site.indices)
         branch = e.emit(N.If(won(e, site, m[site.value], idx, "final"), N.Block(), N.Block()))
         e.block = branch.then_body
-        e.emit(N.AtomicRMW("add", scratch.param(site.array, "ties"), idx, e.const(1)))
+        e.emit(N.AtomicRMW(Op.ATOMIC_ADD, scratch.param(site.array, "ties"), idx, e.const(1)))
 
     m = {}
-    header = N.Block([_clone(s, m) for s in task.header.stmts])
+    header = N.Block([N.clone_stmt(s, m) for s in task.header.stmts])
     body = replay_without_writes(task.body, m, on_write=count)
     return N.Task(task.name + "_ties", task.kind, header, m[task.num_threads], body)
 
@@ -128,6 +127,6 @@ def check_forward_replay(kernel, task, sites):
         if a in written and phases != {"after"}:
             name = kernel.arrays[a].name
             raise AutodiffRuleError(
-                f"kernel {kernel.name}: the forward-mode derivative of sp.atomic_{sites[0].kind} replays the loop "
+                f"kernel {kernel.name}: the forward-mode derivative of sp.{sites[0].op.value} replays the loop "
                 f"to find the winners, but the loop overwrites '{name}', which it reads; write to another "
                 f"array\n    at {sites[0].loc}")

@@ -4,14 +4,12 @@ derivative `dual(out) = sum_i d out/d arg_i * dual(arg_i)` from the same partial
 Loads of needs-dual arrays read `x.dual`; stores into needs-dual arrays also write `y.dual`; atomic adds
 add the dual. No adstack is needed: everything runs in forward order.
 """
-import copy
-
 from ..ir import nodes as N
 from ..ir.emit import Emitter
 from ..ir.ops import Op
 from .activity import Activity, check_differentiable
 from .extremum_ties import active_extrema, check_forward_replay, fixup_task, won
-from .rules import partials
+from .rules import ATOMIC_RULES, partials
 
 
 def forward_task(kernel, task, scratch):
@@ -54,13 +52,7 @@ class _DualBuilder(Emitter):
         return N.Task(self.task.name + suffix, self.task.kind, header, self.m[self.task.num_threads], body)
 
     def clone(self, s):
-        new = copy.copy(s)
-        new.id = next(N._ids)
-        new.replace_operands(self.m)
-        if isinstance(new, N.LoopIndex):
-            new.loop = self.m[s.loop]
-        self.m[s] = new
-        return self.emit(new)
+        return self.emit(N.clone_stmt(s, self.m))
 
     def dual_of(self, v):
         return self.dual.get(v) if v in self.act.active else None
@@ -77,7 +69,7 @@ class _DualBuilder(Emitter):
                     self.top.append(self.dual[s])
             elif isinstance(s, (N.RangeFor, N.While, N.If)):
                 self.construct(s)
-            elif self.sites and isinstance(s, (N.GlobalStore, N.AtomicRMW)):
+            elif self.sites and type(s).WRITES_ARRAY:
                 if id(s) in self.sites:
                     self.count_winner(s)
             else:
@@ -85,11 +77,7 @@ class _DualBuilder(Emitter):
                 self.tangent(s)
 
     def construct(self, s):
-        new = copy.copy(s)
-        new.id = next(N._ids)
-        new.replace_operands(self.m)
-        self.m[s] = new
-        self.emit(new)
+        new = self.clone(s)
         for name in s.BLOCK_FIELDS:
             block = N.Block()
             setattr(new, name, block)
@@ -116,8 +104,8 @@ class _DualBuilder(Emitter):
             self.emit(N.GlobalStore(s.array, tuple(m[i] for i in s.indices),
                                     self.dual_value(s.value, s.array.dtype), "dual"))
         elif isinstance(s, N.AtomicRMW) and act.is_grad_array_access(s) and s.value in act.active:
-            if s.kind == "add":   # max/min: the winners' replay and fix-up tasks set the dual
-                self.emit(N.AtomicRMW("add", s.array, tuple(m[i] for i in s.indices),
+            if not ATOMIC_RULES[s.op].winners:   # linear: add the dual (winners: the replay and fix-up set it)
+                self.emit(N.AtomicRMW(Op.ATOMIC_ADD, s.array, tuple(m[i] for i in s.indices),
                                       self.dual_value(s.value, s.array.dtype), "dual"))
 
     def count_winner(self, s):
@@ -125,8 +113,8 @@ class _DualBuilder(Emitter):
         idx = tuple(self.m[i] for i in s.indices)
         branch = self.emit(N.If(won(self, s, self.m[s.value], idx, "primal"), N.Block(), N.Block()))
         saved, self.block = self.block, branch.then_body
-        self.emit(N.AtomicRMW("add", self.scratch.param(s.array, "ties"), idx, self.const(1)))
-        self.emit(N.AtomicRMW("add", self.scratch.param(s.array, "tangents"), idx,
+        self.emit(N.AtomicRMW(Op.ATOMIC_ADD, self.scratch.param(s.array, "ties"), idx, self.const(1)))
+        self.emit(N.AtomicRMW(Op.ATOMIC_ADD, self.scratch.param(s.array, "tangents"), idx,
                               self.dual_value(s.value, s.array.dtype)))
         self.block = saved
 

@@ -1,9 +1,10 @@
 """Turn `break`/`continue` into flags so a loop body is straight structured code (reverse mode needs it,
 and every kernel gets it: lavapipe mis-executes divergent breaks taken inside a loop's selections).
 
-`for ...: A; if c: break; B` becomes `brk = False; for ...: {if brk: break}; A; if c: brk = True;
-if not brk: B`. The `if brk: break` check stays the first statement of the body and the loop records its
-flag in `loop.exit_flag`, so reverse mode can replay an iteration without leaving the reversed loop.
+`for ...: A; if c: break; B` becomes `brk = False; for[exit_flag=brk] ...: A; if c: brk = True;
+if not brk: B`. The loop holds its flag in `loop.exit_flag` and leaves when it is set, checked at the top of
+every iteration (lowering, interpreter): no Break is left in the body, so reverse mode can replay an
+iteration without leaving the reversed loop.
 """
 from .. import types as T
 from ..ir import nodes as N
@@ -45,11 +46,8 @@ def _rewrite_loops(block, allocas):
 
 
 def _rewrite_loop(loop, allocas):
-    if hasattr(loop, "exit_flag"):   # already rewritten (the pass is idempotent)
-        _rewrite_loops(loop.body, allocas)
-        return [loop]
+    # a rewritten loop has no Break/Continue left: a second run leaves it as it is (the pass is idempotent)
     has_break, has_cont = _targets(loop.body, N.Break), _targets(loop.body, N.Continue)
-    loop.exit_flag = None
     if not (has_break or has_cont):
         _rewrite_loops(loop.body, allocas)
         return [loop]
@@ -64,10 +62,7 @@ def _rewrite_loop(loop, allocas):
     if cont is not None:
         prefix.append(N.LocalStore(cont, _const(False)))
         prefix.insert(0, prefix[0].value)
-    if brk is not None:
-        flag = N.LocalLoad(brk)
-        prefix[0:0] = [flag, N.If(flag, N.Block([N.Break()]), N.Block())]
-        loop.exit_flag = brk
+    loop.exit_flag = brk
     loop.body.stmts[:] = prefix + body
     before = []
     if brk is not None:

@@ -9,8 +9,6 @@ reverse it. A stack therefore holds at most one loop execution's iterations: cap
 Adjoints live in Function-scope slots: one per active value (read and cleared at its definition) and
 one per active local slot.
 """
-import copy
-
 from .. import types as T
 from ..ir import nodes as N
 from ..ir.emit import Emitter
@@ -20,7 +18,7 @@ from .adstack import StackSizer
 from .depth_probe import build_count_kernel
 from .extremum_ties import active_extrema, reverse_tie_tasks, won
 from .loop_exits import eliminate_loop_exits
-from .rules import partials
+from .rules import ATOMIC_RULES, partials
 
 
 def reverse_task(kernel, task, sizer_options, scratch, thread_private=True):
@@ -34,7 +32,7 @@ def reverse_task(kernel, task, sizer_options, scratch, thread_private=True):
     if grad is None:
         return []
     if grad.stack_sizes.measured:
-        grad.count_kernel = build_count_kernel(kernel, task, grad.stack_sizes.measured)
+        grad.depth_probe = build_count_kernel(kernel, task, grad.stack_sizes.measured)
     before, after = reverse_tie_tasks(task, active_extrema(task, rev.act), scratch)
     return before + [grad] + after
 
@@ -81,11 +79,7 @@ class _Reverser(Emitter):
         return stmt
 
     def clone(self, s, m):
-        new = copy.copy(s)
-        new.id = next(N._ids)
-        new.replace_operands(m)
-        m[s] = self.emit(new)
-        return new
+        return self.emit(N.clone_stmt(s, m))
 
     def in_block(self, block, fn, *args):
         saved, self.block = self.block, block
@@ -96,7 +90,8 @@ class _Reverser(Emitter):
         a = self.adj.get(key)
         if a is None:
             dtype = key.dtype
-            a = self.adj[key] = self.new_top(N.Alloca(dtype, f"adj_{getattr(key, 'name', '') or key.id}"), key.loc)
+            name = key.name if isinstance(key, N.Alloca) else ""   # a slot, or an active value
+            a = self.adj[key] = self.new_top(N.Alloca(dtype, f"adj_{name or key.id}"), key.loc)
         return a
 
     def take_adjoint(self, key):
@@ -118,7 +113,7 @@ class _Reverser(Emitter):
     def fwd(self, stmts, m, snap):
         for s in stmts:
             self.loc = s.loc
-            if isinstance(s, (N.Alloca, N.GlobalStore, N.AtomicRMW)):
+            if isinstance(s, N.Alloca) or type(s).WRITES_ARRAY:
                 continue   # slots are hoisted; the gradient kernel never writes primal outputs
             if isinstance(s, N.LoopIndex):
                 target = m[s.loop]
@@ -138,23 +133,20 @@ class _Reverser(Emitter):
         if busy:
             trips = self.trips.get(s) or self.trips.setdefault(s, self.new_top(N.Alloca(T.i32, "trips"), s.loc))
             self.emit(N.LocalStore(trips, self.const(0)))
+        flag = self.slots.get(s.exit_flag)
         if isinstance(s, N.RangeFor):
-            new = self.emit(N.RangeFor(m[s.begin], m[s.end], s.step, N.Block()))
+            new = self.emit(N.RangeFor(m[s.begin], m[s.end], s.step, N.Block(), flag))
         else:
-            new = self.emit(N.While(N.Block()))
+            new = self.emit(N.While(N.Block(), flag))
         m1 = dict(m)
         m1[s] = new
 
         def body():
-            stmts = s.body.stmts
-            if getattr(s, "exit_flag", None) is not None:
-                self.fwd(stmts[:2], m1, False)   # `if brk: break`
-                stmts = stmts[2:]
             if busy:
                 self.push_snapshot(s, m1)
                 t = self.trips[s]
                 self.emit(N.LocalStore(t, self.compute(Op.ADD, self.emit(N.LocalLoad(t)), self.const(1))))
-            self.fwd(stmts, m1, False)
+            self.fwd(s.body.stmts, m1, False)
         self.in_block(new.body, body)
 
     def push_snapshot(self, construct, m):
@@ -240,7 +232,7 @@ class _Reverser(Emitter):
         # (e.g. `if k == 0: y[i] = e` then `... y[i] ...` in a loop): its loads must add theirs first.
         for b in scope.blocks():
             for t in N.walk(b):
-                if isinstance(t, (N.GlobalStore, N.AtomicRMW)) and t.array is load.array:
+                if type(t).WRITES_ARRAY and t.array is load.array:
                     return None
         return scope
 
@@ -252,7 +244,7 @@ class _Reverser(Emitter):
             old = self.emit(N.GlobalLoad(array, idx, "grad"))
             self.emit(N.GlobalStore(array, idx, self.compute(Op.ADD, old, g), "grad"))
         else:
-            self.emit(N.AtomicRMW("add", array, idx, g, "grad"))
+            self.emit(N.AtomicRMW(Op.ATOMIC_ADD, array, idx, g, "grad"))
 
     def flush_loads(self, construct, m):
         for (array, indices), acc in self.flushes.get(construct, {}).items():
@@ -267,7 +259,7 @@ class _Reverser(Emitter):
     def rev_atomic(self, s, m):
         idx = tuple(m[i] for i in s.indices)
         g = self.emit(N.GlobalLoad(s.array, idx, "grad"))
-        if s.kind != "add":   # the winners, the contributions equal to the final max/min, share it
+        if ATOMIC_RULES[s.op].winners:   # the contributions equal to the final max/min share it (linear: all)
             count = self.cast(self.emit(N.GlobalLoad(self.scratch.param(s.array, "ties"), idx)), g.dtype)
             share = self.compute(Op.DIV, g, count)
             g = self.compute(Op.SELECT, won(self, s, m[s.value], idx, "final"), share, self.const(0.0, g.dtype))
@@ -282,11 +274,10 @@ class _Reverser(Emitter):
             m1 = dict(m)
             if isinstance(s, N.RangeFor):
                 m1[s] = self.compute(Op.ADD, m[s.begin], self.compute(Op.MUL, j, self.const(s.step)))
-            if getattr(s, "exit_flag", None) is not None:   # every iteration that ran started with it False
+            if s.exit_flag is not None:   # every iteration that ran started with it False
                 self.emit(N.LocalStore(self.slots[s.exit_flag], self.const(False)))
             self.restore_snapshot(s)
-            stmts = s.body.stmts[2:] if getattr(s, "exit_flag", None) is not None else s.body.stmts
-            self.replay_and_reverse(stmts, m1)
+            self.replay_and_reverse(s.body.stmts, m1)
             self.pop_snapshot(s)
         self.in_block(back.body, body)
 
@@ -298,7 +289,7 @@ def _thread_private_arrays(task):
         return set()
     seen = {}
     for s in N.walk(task.body):
-        if isinstance(s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)):
+        if type(s).ACCESSES_ARRAY:
             seen.setdefault(s.array, set()).add(s.indices)
     return {a for a, forms in seen.items()
             if len(forms) == 1 and any(_injective_in_thread(i) for i in next(iter(forms)))}

@@ -1,12 +1,14 @@
-"""Local partial derivatives, one row per Op: `PARTIALS[op](e, args, out) -> (d out / d arg, ...)`.
+"""Derivatives, one row per Op: `PARTIALS[op](e, args, out) -> (d out / d arg, ...)` for a differentiable
+Compute op, a mark (ZERO_GRADIENT, NO_FLOAT_OPERAND) for the others, and ATOMIC_RULES for atomics.
 
 `e` is an Emitter placing IR; `args` and `out` are the primal values. `None` marks an operand that gets
-no gradient (inactive, or a derivative that is zero almost everywhere: floor, comparisons, ...).
-Reverse mode multiplies each partial by the output's adjoint; forward mode by the operand's dual.
+no gradient (inactive, an integer or a bool). Reverse mode multiplies each partial by the output's
+adjoint; forward mode by the operand's dual.
 """
 import math
+from dataclasses import dataclass
 
-from ..ir.ops import Op
+from ..ir.ops import BINARY_BITWISE, LOGICAL, Op
 
 
 def _c(e, v, like):
@@ -58,8 +60,20 @@ def _powi(e, args, out):
     return _mul(e, e.cast(n, x.dtype), e.compute(Op.POWI, x, m)), None
 
 
-ZERO_GRADIENT = {Op.SIGN, Op.FLOOR, Op.CEIL, Op.ROUND, Op.FLOORDIV, Op.NOT, Op.BIT_NOT, Op.AND, Op.OR,
-                 Op.BIT_AND, Op.BIT_OR, Op.BIT_XOR, Op.SHL, Op.SHR, Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE}
+def _fmod(e, args, out):
+    a, b = args
+    # fmod(a, b) = a - b trunc(a / b): d/da = 1, d/db = -trunc(a / b)
+    q = _div(e, a, b)
+    positive = e.compute(Op.GE, q, _c(e, 0.0, q))
+    trunc = e.compute(Op.SELECT, positive, e.compute(Op.FLOOR, q), e.compute(Op.CEIL, q))
+    return _c(e, 1.0, out), e.compute(Op.NEG, trunc)
+
+
+# Piecewise constant in their float operands (steps, comparisons): a derivative zero almost everywhere.
+ZERO_GRADIENT = {Op.SIGN, Op.FLOOR, Op.CEIL, Op.ROUND, Op.FLOORDIV, Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE}
+# Integer and bool operands only (ops.py type rules): nothing to differentiate.
+NO_FLOAT_OPERAND = {Op.NOT, Op.BIT_NOT} | BINARY_BITWISE | LOGICAL
+NOT_DIFFERENTIABLE = ZERO_GRADIENT | NO_FLOAT_OPERAND
 
 PARTIALS = {
     Op.NEG: lambda e, a, out: (_c(e, -1.0, out),),
@@ -76,6 +90,10 @@ PARTIALS = {
     Op.EXP: lambda e, a, out: (out,),
     Op.LOG: lambda e, a, out: (_div(e, _c(e, 1.0, out), a[0]),),
     Op.LOG2: lambda e, a, out: (_div(e, _c(e, 1.0 / math.log(2.0), out), a[0]),),
+    Op.EXP2: lambda e, a, out: (_mul(e, out, _c(e, math.log(2.0), out)),),
+    Op.LOG10: lambda e, a, out: (_div(e, _c(e, 1.0 / math.log(10.0), out), a[0]),),
+    Op.EXPM1: lambda e, a, out: (_add(e, out, _c(e, 1.0, out)),),   # exp(x) = expm1(x) + 1
+    Op.LOG1P: lambda e, a, out: (_div(e, _c(e, 1.0, out), _add(e, _c(e, 1.0, out), a[0])),),
     Op.SQRT: lambda e, a, out: (_div(e, _c(e, 0.5, out), out),),
     Op.RSQRT: lambda e, a, out: (_div(e, _mul(e, _c(e, -0.5, out), out), a[0]),),
     Op.CAST: lambda e, a, out: (_c(e, 1.0, out),) if a[0].dtype.is_float and out.dtype.is_float else (None,),
@@ -88,19 +106,35 @@ PARTIALS = {
     Op.POW: _pow,
     Op.POWI: _powi,
     Op.ATAN2: _atan2,
+    Op.HYPOT: lambda e, a, out: (_div(e, a[0], out), _div(e, a[1], out)),
+    Op.FMOD: _fmod,
     # ties send the whole gradient to the first operand, like numpy's minimum/maximum subgradient choice
     Op.MIN: lambda e, a, out: (_bool_to(e, e.compute(Op.LE, a[0], a[1]), out),
                                _bool_to(e, e.compute(Op.LE, a[0], a[1]), out, 0.0, 1.0)),
     Op.MAX: lambda e, a, out: (_bool_to(e, e.compute(Op.GE, a[0], a[1]), out),
                                _bool_to(e, e.compute(Op.GE, a[0], a[1]), out, 0.0, 1.0)),
     Op.SELECT: lambda e, a, out: (None, _bool_to(e, a[0], out), _bool_to(e, a[0], out, 0.0, 1.0)),
-    **{op: (lambda e, a, out: (None,) * len(a)) for op in ZERO_GRADIENT},
 }
 
 
 def partials(e, op, args, out):
     """The partials of `out = op(*args)`, `None` for operands that get no gradient (ints, bools, zero)."""
-    if not out.dtype.is_float:
+    if not out.dtype.is_float or op in NOT_DIFFERENTIABLE:
         return (None,) * len(args)
     ps = PARTIALS[op](e, args, out)
     return tuple(p if p is not None and a.dtype.is_float else None for p, a in zip(ps, args))
+
+
+# ---- atomics: `a[idx] = op(a[idx], v)`, the final value of an element depending on every thread's v ---------
+@dataclass(frozen=True)
+class AtomicRule:
+    """How the derivative of an element's final value (after a launch) reaches each contribution v.
+    `winners` False: linear, d final / d v = 1 for every v (forward mode adds dual(v) into the element's
+    dual atomically; reverse mode gives v the element's adjoint). True: only the contributions equal to the
+    final value get it, split equally among tied winners; none when the element's old value won
+    (autodiff/extremum_ties.py builds the counting and fix-up tasks around the derivative task)."""
+    winners: bool
+
+
+LINEAR, WINNERS = AtomicRule(winners=False), AtomicRule(winners=True)
+ATOMIC_RULES = {Op.ATOMIC_ADD: LINEAR, Op.ATOMIC_MAX: WINNERS, Op.ATOMIC_MIN: WINNERS}

@@ -37,7 +37,7 @@ def instrument(kernel, alias=None):
     # an atomic add/max/min changes the element as a store does: the gradient kernel's replay of an
     # earlier load would read the new value
     stored = {alias[s.array.index] for t in kernel.tasks for s in N.walk(t.body)
-              if isinstance(s, (N.GlobalStore, N.AtomicRMW)) and s.field == "primal"}
+              if type(s).WRITES_ARRAY and s.field == "primal"}
     # markers for every array a launch reads or writes: they live as long as the Tape, so a store is
     # checked against the reads of this launch and of the launches recorded before it
     marked = sorted(loaded | stored)
@@ -68,8 +68,7 @@ def _instrument_block(block, markers, violations, sites, mark_loads):
     for s in block.stmts:
         for name in s.BLOCK_FIELDS:
             setattr(s, name, _instrument_block(getattr(s, name), markers, violations, sites, mark_loads))
-        marker = markers.get(s.array.index) if isinstance(
-            s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)) and s.field == "primal" else None
+        marker = markers.get(s.array.index) if type(s).ACCESSES_ARRAY and s.field == "primal" else None
         if marker is None or (isinstance(s, N.GlobalLoad) and not mark_loads):
             stmts.append(s)
         elif isinstance(s, N.GlobalLoad):

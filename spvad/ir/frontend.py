@@ -11,9 +11,10 @@ from . import nodes as N
 from .emit import PY_SCALARS, Emitter
 from .frontend_calls import CallsMixin
 from .frontend_exprs import ExprsMixin
-from .frontend_values import (ENDED, PURE_KINDS, ArraySpec, FieldRef, Lazy, Scope, ShapeRef,  # noqa: F401
+from .frontend_values import (ENDED, ArraySpec, FieldRef, Lazy, Scope, ShapeRef,  # noqa: F401
                               VectorArgSpec)
 from .frontend_vectors import VecArg, VecSlots, VecValue, VectorsMixin
+from .ops import Op
 from .source import FunctionSource
 
 MAX_THREADS = 2**31 - 1   # thread indices are 32-bit
@@ -30,6 +31,7 @@ class KernelBuilder(CallsMixin, ExprsMixin, VectorsMixin, Emitter, ast.NodeVisit
         self.vector_arrays = {}           # ArrayParam of an ndarray of vectors -> width (its last storage axis)
         self.loops = []                   # stack of "parallel" | RangeFor | While | "static"
         self.task = None
+        self.slot_tasks = {}              # Alloca -> the task it is a local of (a dispatch sees only its own)
         self.inline_stack = []
 
     # ---- entry ----
@@ -132,7 +134,7 @@ class KernelBuilder(CallsMixin, ExprsMixin, VectorsMixin, Emitter, ast.NodeVisit
             return False
         finally:
             self.block = saved
-        if all(isinstance(s, PURE_KINDS) for s in scratch.stmts) and all(
+        if all(type(s).HEADER_OK for s in scratch.stmts) and all(   # arguments only: valid in any task
                 isinstance(v, (N.Stmt, VecValue) + PY_SCALARS) for v in values):
             # The Lazy keeps a snapshot of the names it may read: a later rebinding must not change it.
             snapshot = Scope(self.scope.src, self.scope.names)
@@ -360,7 +362,7 @@ class KernelBuilder(CallsMixin, ExprsMixin, VectorsMixin, Emitter, ast.NodeVisit
 
     def assign_name(self, name, value, dtype=None):
         cur = self.scope.names.get(name)
-        if cur is ENDED or (isinstance(cur, (N.Alloca, VecSlots)) and cur.task is not self.task):
+        if cur is ENDED or (isinstance(cur, (N.Alloca, VecSlots)) and not self.in_this_task(cur)):
             cur = None   # a fresh binding: the old local lived in another dispatch (or was a loop index)
         fresh_ok = cur is None or isinstance(cur, (Lazy, N.Alloca, VecSlots) + PY_SCALARS) or name in self.assignable
         if isinstance(value, VecValue) or isinstance(cur, VecSlots):
@@ -376,12 +378,23 @@ class KernelBuilder(CallsMixin, ExprsMixin, VectorsMixin, Emitter, ast.NodeVisit
         if not fresh_ok:
             self.error(f"cannot assign to '{name}' (a loop index or kernel argument)")
         v = self.typed(value)
-        slot = N.Alloca(dtype or v.dtype, name)
-        slot.loc, slot.task = self.loc, self.task
-        self.task.body.stmts.insert(self.alloca_at, slot)
-        self.alloca_at += 1
+        slot = self.new_slot(dtype or v.dtype, name)
         self.scope.names[name] = slot
         self.emit(N.LocalStore(slot, self.cast(v, slot.dtype)))
+
+    def new_slot(self, dtype, name):
+        """A local of the current task: its Alloca goes to the top of the task body."""
+        slot = N.Alloca(dtype, name)
+        slot.loc = self.loc
+        self.slot_tasks[slot] = self.task
+        self.task.body.stmts.insert(self.alloca_at, slot)
+        self.alloca_at += 1
+        return slot
+
+    def in_this_task(self, local):
+        """Is `local` (an Alloca or VecSlots) a local of the task being built?"""
+        slot = local.slots[0] if isinstance(local, VecSlots) else local
+        return self.slot_tasks.get(slot) is self.task
 
     def store_local(self, name, slot, value):
         """Store into an existing local slot, converting as its first assignment fixed its dtype."""
@@ -405,7 +418,7 @@ class KernelBuilder(CallsMixin, ExprsMixin, VectorsMixin, Emitter, ast.NodeVisit
             arr, field, idx = self.subscript_target(node.target)
             value = self.visit(node.value)
             if sym in ("+", "-"):
-                self.atomic_element("add", arr, field, idx, value, negate=sym == "-")
+                self.atomic_element(Op.ATOMIC_ADD, arr, field, idx, value, negate=sym == "-")
                 return
             old = self.load_element(arr, field, idx)
             self.store_element(arr, field, idx, self.binop(sym, old, value))

@@ -11,9 +11,11 @@ from .source import FunctionSource
 
 MATH1 = {"sin": Op.SIN, "cos": Op.COS, "tan": Op.TAN, "asin": Op.ASIN, "acos": Op.ACOS, "atan": Op.ATAN,
          "sinh": Op.SINH, "cosh": Op.COSH, "tanh": Op.TANH, "exp": Op.EXP, "log": Op.LOG, "log2": Op.LOG2,
+         "exp2": Op.EXP2, "log10": Op.LOG10, "expm1": Op.EXPM1, "log1p": Op.LOG1P,
          "sqrt": Op.SQRT, "rsqrt": Op.RSQRT, "floor": Op.FLOOR, "ceil": Op.CEIL, "round": Op.ROUND,
          "abs": Op.ABS, "sign": Op.SIGN}
-ATOMICS = {"atomic_add": "add", "atomic_max": "max", "atomic_min": "min"}
+MATH2 = {"atan2": Op.ATAN2, "hypot": Op.HYPOT, "fmod": Op.FMOD}   # float functions of two floats
+ATOMICS = {"atomic_add": Op.ATOMIC_ADD, "atomic_max": Op.ATOMIC_MAX, "atomic_min": Op.ATOMIC_MIN}
 
 
 class CallsMixin:
@@ -86,15 +88,15 @@ class CallsMixin:
             self.error("sp.ndrange(...) is only supported as the iterable of a for loop")
         if name in VECTOR_BUILTINS:
             return self.vector_builtin(name, args)
-        if len(args) == 2 and name in ("atan2", "pow") and any(isinstance(a, VecValue) for a in args):
+        if len(args) == 2 and (name in MATH2 or name == "pow") and any(isinstance(a, VecValue) for a in args):
             return self.elementwise(lambda a, b: self.builtin(name, [a, b]), *args)
         if len(args) == 2 and name == "pow":   # `a ** b` on float(a): integer b exact also for a < 0
             return self.power(self.to_float(args[0]), args[1])
-        if len(args) == 2 and name == "atan2":
+        if len(args) == 2 and name in MATH2:
             a, b = args
             a, b = self.unify(self.to_float(a), self.to_float(b)) if isinstance(a, N.Stmt) or isinstance(
                 b, N.Stmt) else (self.to_float(a), self.to_float(b))
-            return self.compute(Op.ATAN2, a, b)
+            return self.compute(MATH2[name], a, b)
         if name == "clamp" and len(args) == 3:
             return self.minmax(Op.MAX, self.minmax(Op.MIN, args[0], args[2]), args[1])
         if name == "select" and len(args) == 3:
@@ -103,11 +105,11 @@ class CallsMixin:
             return self.cast_any(args[0], args[1])
         self.error(f"wrong arguments for sp.{name}")
 
-    def atomic_call(self, kind, node):
+    def atomic_call(self, op, node):
         if len(node.args) != 2 or not isinstance(node.args[0], ast.Subscript):
-            self.error(f"sp.atomic_{kind}(x[i], value) takes an array element and a value")
+            self.error(f"sp.{op.value}(x[i], value) takes an array element and a value")
         arr, field, idx = self.subscript_target(node.args[0])
-        return self.atomic_element(kind, arr, field, idx, self.visit(node.args[1]))
+        return self.atomic_element(op, arr, field, idx, self.visit(node.args[1]))
 
     # ---- @sp.func inlining ----
     def inline(self, func, args):
@@ -172,10 +174,7 @@ class CallsMixin:
         slot = self.return_slot
         if slot is None:
             v = self.typed(v)
-            slot = self.return_slot = N.Alloca(v.dtype, "ret")
-            slot.loc, slot.task = self.loc, self.task
-            self.task.body.stmts.insert(self.alloca_at, slot)
-            self.alloca_at += 1
+            slot = self.return_slot = self.new_slot(v.dtype, "ret")
         else:
             v = self.typed(v, like=N.Const(0, slot.dtype))
             if v.dtype != slot.dtype and T.promote(v.dtype, slot.dtype) != slot.dtype:

@@ -5,7 +5,7 @@ import ast
 from .. import types as T
 from . import nodes as N
 from .emit import PY_SCALARS, py_dtype
-from .frontend_values import ENDED, PURE_KINDS, FieldRef, Lazy, ShapeRef
+from .frontend_values import ENDED, FieldRef, Lazy, ShapeRef
 from .frontend_vectors import VecArg, VecSlots, VecValue, is_constant_vector
 
 
@@ -41,8 +41,8 @@ class ExprsMixin:
             self.error(f"unknown name '{name}'")
         return self.global_object(name, obj)
 
-    def check_same_task(self, name, slot):
-        if slot.task is not self.task:
+    def check_same_task(self, name, local):
+        if not self.in_this_task(local):
             self.error(f"local '{name}' belongs to another top-level statement (a separate dispatch); "
                        "compute it inside this loop or pass it through an array")
 
@@ -178,13 +178,10 @@ class ExprsMixin:
         return self.emit(N.LocalLoad(tmp))
 
     def is_pure_block(self, block):
-        return all(isinstance(s, PURE_KINDS + (N.LocalLoad, N.LoopIndex, N.ThreadIndex)) for s in block.stmts)
+        return all(type(s).PURE or isinstance(s, N.LocalLoad) for s in block.stmts)
 
     def temp_slot(self, dtype, init):
-        slot = N.Alloca(dtype, "tmp")
-        slot.loc, slot.task = self.loc, self.task
-        self.task.body.stmts.insert(self.alloca_at, slot)
-        self.alloca_at += 1
+        slot = self.new_slot(dtype, "tmp")
         self.emit(N.LocalStore(slot, self.cast(init, dtype)))
         return slot
 

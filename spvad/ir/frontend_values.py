@@ -1,6 +1,5 @@
 """Values the frontend binds names to besides IR statements: argument specs, deferred top-level
 expressions, `x.grad`/`x.shape` references, name scopes."""
-from . import nodes as N
 from .source import FunctionSource
 
 
@@ -53,6 +52,3 @@ class Scope:
 
     def __init__(self, src: FunctionSource, names=None):
         self.src, self.names = src, dict(names or {})
-
-
-PURE_KINDS = (N.Const, N.ScalarArg, N.ArrayShape, N.Compute)

@@ -41,10 +41,6 @@ class VecSlots:
     def __init__(self, slots):
         self.slots = tuple(slots)
 
-    @property
-    def task(self):
-        return self.slots[0].task
-
 
 class VecArg:
     """A vector kernel argument: one ScalarParam (push constant) per component."""
@@ -239,14 +235,15 @@ class VectorsMixin:
         for i, v in zip(self.component_indices(arr, idx), self.element_values(arr, value)):
             self.emit(N.GlobalStore(arr, i, v, field))
 
-    def atomic_element(self, kind, arr, field, idx, value, negate=False):
-        """Atomic read-modify-write, per component for vector elements; returns the old value(s)."""
+    def atomic_element(self, op, arr, field, idx, value, negate=False):
+        """Atomic read-modify-write (`op` in ops.ATOMICS), per component for vector elements; returns the
+        old value(s)."""
         if not self.is_vector_element(arr, idx):
             v = self.cast(value, arr.dtype)
-            return self.emit(N.AtomicRMW(kind, arr, idx, self.unary("-", v) if negate else v, field))
+            return self.emit(N.AtomicRMW(op, arr, idx, self.unary("-", v) if negate else v, field))
         old = []
         for i, v in zip(self.component_indices(arr, idx), self.element_values(arr, value)):
-            old.append(self.emit(N.AtomicRMW(kind, arr, i, self.unary("-", v) if negate else v, field)))
+            old.append(self.emit(N.AtomicRMW(op, arr, i, self.unary("-", v) if negate else v, field)))
         return VecValue(old)
 
     # ---- vector locals ----
@@ -271,10 +268,7 @@ class VectorsMixin:
     def new_vector_slots(self, name, value):
         slots = []
         for k, c in enumerate(value.comps):
-            slot = N.Alloca(c.dtype, f"{name}_{k}")
-            slot.loc, slot.task = self.loc, self.task
-            self.task.body.stmts.insert(self.alloca_at, slot)
-            self.alloca_at += 1
+            slot = self.new_slot(c.dtype, f"{name}_{k}")
             self.emit(N.LocalStore(slot, c))
             slots.append(slot)
         return VecSlots(slots)
@@ -338,11 +332,7 @@ class VectorsMixin:
     def new_return_slots(self, v):
         slots = []
         for k, c in enumerate(v.comps):
-            s = N.Alloca(c.dtype, f"ret_{k}")
-            s.loc, s.task = self.loc, self.task
-            self.task.body.stmts.insert(self.alloca_at, s)
-            self.alloca_at += 1
-            slots.append(s)
+            slots.append(self.new_slot(c.dtype, f"ret_{k}"))
         return VecSlots(slots)
 
 

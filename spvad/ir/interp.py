@@ -22,9 +22,9 @@ class OutOfBoundsError(InterpError, IndexError):
 
 
 def access_kind(s):
-    """"load", "store" or "atomic <kind>": what a GlobalLoad/GlobalStore/AtomicRMW does, for messages."""
+    """"load", "store" or "atomic add" (max, min): what a GlobalLoad/GlobalStore/AtomicRMW does, for messages."""
     return "load" if isinstance(s, N.GlobalLoad) else "store" if isinstance(s, N.GlobalStore) else \
-        f"atomic {s.kind}"
+        s.op.value.replace("_", " ")
 
 
 def out_of_bounds_message(array, field, index, shape, loc=None):
@@ -113,16 +113,71 @@ def _float_only(fn):
     return lambda dt, *a: fn(*a)
 
 
+def _in_f32(fn):
+    """A row the device computes in f32 whatever the float type: GLSL.std.450 defines its instruction for
+    16/32-bit floats only, so the lowering narrows f64 operands and widens the result (L.glsl(...,
+    narrow=True), lower_ops._in_f32): an f64 result has f32 accuracy."""
+    return lambda dt, *a: dt.np.type(fn(*(np.float32(x) for x in a)))
+
+
+def _expm1(x):
+    # Kahan: u = exp(x) rounds, but (u - 1) / log(u) is the slope of exp over exactly [log u, 0], so
+    # (u - 1) * x / log(u) keeps full relative accuracy for small |x|; u == 1 means |x| below half an ulp.
+    # For |x| >= 1, u - 1 has no cancellation (and stays right at u = 0 and u = inf).
+    u = np.exp(x)
+    if abs(x) >= 1:
+        return u - 1
+    return x if u == 1 else (u - 1) * x / np.log(u)
+
+
+def _log1p(x):
+    # Kahan: u = 1 + x rounds, but log(u) / (u - 1) is the slope of log over exactly [1, u], so
+    # log(u) * x / (u - 1) is accurate for small |x|; u == 1 means x below half an ulp of 1.
+    u = x.dtype.type(1) + x
+    if abs(x) >= 1:
+        return np.log(u)
+    return x if u == 1 else np.log(u) * x / (u - 1)
+
+
+def _hypot(dt, a, b):
+    # m sqrt(1 + (n / m)^2) with m = max(|a|, |b|), n = min(|a|, |b|): no overflow of a*a for large inputs.
+    # n == m (also 0 and inf) takes ratio 1. Sqrt is exact in f64 on the device: no narrowing.
+    m, n = max(abs(a), abs(b)), min(abs(a), abs(b))
+    t = dt.np.type(1) if n == m else n / m
+    return m * np.sqrt(dt.np.type(1) + t * t)
+
+
+LOG10_2 = math.log10(2.0)
+_ADD = _arith(lambda a, b: a + b, lambda a, b: a + b)
+
+
+def _min(dt, a, b):
+    return b if b < a else a
+
+
+def _max(dt, a, b):
+    return b if b > a else a
+
+
 # EVAL[op](result_dtype, *operands) -> numpy scalar of result_dtype. Operands are numpy scalars of the
 # operand dtypes; float rows run in numpy (f32 stays f32), integer rows on Python ints wrapped to 32 bits.
+# Each row is what the device computes (spirv/lower_ops.py). Where GLSL.std.450 leaves a result undefined
+# the row gives numpy's (NaN, inf), which a device need not reproduce: asin/acos for |x| > 1, log/log2/
+# log10 for x <= 0, log1p for x <= -1, sqrt for x < 0, rsqrt for x <= 0, pow for x < 0 or x == 0 with
+# y <= 0, atan2(0, 0); min/max with a NaN operand may return either operand.
 EVAL = {
     Op.NEG: _arith(lambda a: -a, lambda a: -a),
     Op.ABS: _arith(abs, np.abs),
     Op.SIGN: _sign,
-    Op.SIN: _float_only(np.sin), Op.COS: _float_only(np.cos), Op.TAN: _float_only(np.tan),
-    Op.ASIN: _float_only(np.arcsin), Op.ACOS: _float_only(np.arccos), Op.ATAN: _float_only(np.arctan),
-    Op.SINH: _float_only(np.sinh), Op.COSH: _float_only(np.cosh), Op.TANH: _float_only(np.tanh),
-    Op.EXP: _float_only(np.exp), Op.LOG: _float_only(np.log), Op.LOG2: _float_only(np.log2),
+    # transcendental: computed in f32, also for f64 (GLSL.std.450 has them for 16/32-bit floats only)
+    Op.SIN: _in_f32(np.sin), Op.COS: _in_f32(np.cos), Op.TAN: _in_f32(np.tan),
+    Op.ASIN: _in_f32(np.arcsin), Op.ACOS: _in_f32(np.arccos), Op.ATAN: _in_f32(np.arctan),
+    Op.SINH: _in_f32(np.sinh), Op.COSH: _in_f32(np.cosh), Op.TANH: _in_f32(np.tanh),
+    Op.EXP: _in_f32(np.exp), Op.LOG: _in_f32(np.log), Op.LOG2: _in_f32(np.log2),
+    Op.EXP2: _in_f32(np.exp2),
+    Op.LOG10: _in_f32(lambda x: np.log2(x) * np.float32(LOG10_2)),   # no Log10 instruction: log2 x log10(2)
+    Op.EXPM1: _in_f32(_expm1), Op.LOG1P: _in_f32(_log1p),
+    # Sqrt, InverseSqrt, Floor, Ceil (and FAbs, FSign, FMin, FMax) are defined for f64: computed in the type
     Op.SQRT: _float_only(np.sqrt),
     Op.RSQRT: lambda dt, a: dt.np.type(1) / np.sqrt(a),
     Op.FLOOR: _float_only(np.floor), Op.CEIL: _float_only(np.ceil),
@@ -130,18 +185,20 @@ EVAL = {
     Op.NOT: lambda dt, a: np.bool_(not a),
     Op.BIT_NOT: lambda dt, a: _wrap(~int(a), dt),
     Op.CAST: _cast,
-    Op.ADD: _arith(lambda a, b: a + b, lambda a, b: a + b),
+    Op.ADD: _ADD,
     Op.SUB: _arith(lambda a, b: a - b, lambda a, b: a - b),
     Op.MUL: _arith(lambda a, b: a * b, lambda a, b: a * b),
     Op.DIV: lambda dt, a, b: a / b,
     # Python semantics: floor division, remainder with the sign of the divisor (ints and floats).
     Op.FLOORDIV: _arith(_int_div(lambda a, b: a // b), np.floor_divide),
     Op.MOD: _arith(_int_div(lambda a, b: a % b), np.mod),
-    Op.POW: _float_only(np.power),
+    Op.POW: _in_f32(np.power),   # GLSL pow: x > 0 only (x < 0 gives NaN here, anything on a device)
     Op.POWI: _powi,
-    Op.ATAN2: _float_only(np.arctan2),
-    Op.MIN: lambda dt, a, b: b if b < a else a,
-    Op.MAX: lambda dt, a, b: b if b > a else a,
+    Op.ATAN2: _in_f32(np.arctan2),
+    Op.HYPOT: _hypot,
+    Op.FMOD: _float_only(np.fmod),   # OpFRem: the sign of a (Vulkan: as precise as a - b trunc(a / b))
+    Op.MIN: _min,
+    Op.MAX: _max,
     Op.BIT_AND: lambda dt, a, b: _wrap(int(a) & int(b), dt),
     Op.BIT_OR: lambda dt, a, b: _wrap(int(a) | int(b), dt),
     Op.BIT_XOR: lambda dt, a, b: _wrap(int(a) ^ int(b), dt),
@@ -153,6 +210,8 @@ EVAL = {
     Op.AND: lambda dt, a, b: np.bool_(a and b),
     Op.OR: lambda dt, a, b: np.bool_(a or b),
     Op.SELECT: lambda dt, c, a, b: a if c else b,
+    # atomics: what is stored back into the element (the old value is the statement's result)
+    Op.ATOMIC_ADD: _ADD, Op.ATOMIC_MAX: _max, Op.ATOMIC_MIN: _min,
 }
 
 
@@ -174,6 +233,8 @@ def eval_op(op, dtype, args):
 def _eval_header(task, scalars, shapes):
     env = {}
     for s in task.header.stmts:
+        if not type(s).HEADER_OK:
+            raise InterpError(f"task {task.name}: {type(s).__name__} is not allowed in a task header")
         if isinstance(s, N.Const):
             env[s] = to_scalar(s.value, s.dtype)
         elif isinstance(s, N.ScalarArg):
@@ -182,10 +243,8 @@ def _eval_header(task, scalars, shapes):
             if shapes[s.array.index] is None:
                 raise InterpError(f"task {task.name}: no shape for array {s.array.name}")
             env[s] = to_scalar(shapes[s.array.index][s.axis], s.dtype)
-        elif isinstance(s, N.Compute):
-            env[s] = _header_op(task, s, [env[a] for a in s.args])
         else:
-            raise InterpError(f"task {task.name}: {type(s).__name__} is not allowed in a task header")
+            env[s] = _header_op(task, s, [env[a] for a in s.args])
     return env
 
 
@@ -223,10 +282,11 @@ class _AdStack:
     count < capacity; loads clamp their index to capacity-1; an adjoint accumulation into an entry that
     was never stored is dropped. The depth that would have been needed is the logical depth."""
 
-    def __init__(self, stmt):
-        if not isinstance(stmt.capacity, int) or stmt.capacity < 1:
-            raise InterpError(f"adstack {stmt.name or stmt.id} has no capacity (got {stmt.capacity!r})")
-        self.cap, self.dtype, self.count = stmt.capacity, stmt.dtype, 0
+    def __init__(self, stmt, capacities):
+        cap = capacities.get(stmt.capacity_spec_id, stmt.capacity)   # a capacity chosen at launch wins
+        if not isinstance(cap, int) or cap < 1:
+            raise InterpError(f"adstack {stmt.name or stmt.id} has no capacity (got {cap!r})")
+        self.cap, self.dtype, self.count = cap, stmt.dtype, 0
         zero = to_scalar(0, stmt.dtype)
         self.primal, self.adjoint = [zero] * self.cap, [zero] * self.cap
 
@@ -257,9 +317,12 @@ class _Thread:
                 return sig
         return None
 
-    def loop_body(self, body):
-        """Run one iteration; True when the loop must stop."""
-        return self.block(body) is _BREAK
+    def loop_body(self, loop):
+        """Run one iteration; True when the loop must stop: its exit flag is set as the iteration begins,
+        or a Break left it."""
+        if loop.exit_flag is not None and self.env[loop.exit_flag]:
+            return True
+        return self.block(loop.body) is _BREAK
 
     def stmt(self, s):
         env = self.env
@@ -293,19 +356,18 @@ class _Thread:
         elif isinstance(s, N.AtomicRMW):
             buf, idx = self.idx(s)
             old = to_scalar(buf[idx], s.dtype)
-            op = {"add": Op.ADD, "max": Op.MAX, "min": Op.MIN}[s.kind]
-            buf[idx] = eval_op(op, s.dtype, [old, env[s.value]])
+            buf[idx] = eval_op(s.op, s.dtype, [old, env[s.value]])
             env[s] = old
         elif isinstance(s, N.RangeFor):
             i, end = int(env[s.begin]), int(env[s.end])
             while (i < end) if s.step > 0 else (i > end):
                 self.loop_index[s] = i
-                if self.loop_body(s.body):
+                if self.loop_body(s):
                     break
                 i += s.step
         elif isinstance(s, N.While):
             for _ in range(MAX_WHILE_ITERATIONS):
-                if self.loop_body(s.body):
+                if self.loop_body(s):
                     break
             else:
                 raise InterpError(f"while loop ran {MAX_WHILE_ITERATIONS} iterations")
@@ -321,7 +383,7 @@ class _Thread:
 
     def adstack(self, s):
         if isinstance(s, N.AdStackAlloca):
-            self.stacks[s] = _AdStack(s)
+            self.stacks[s] = _AdStack(s, self.run.capacities)
             return
         st = self.stacks[s.stack]
         if isinstance(s, N.AdStackPush):
@@ -348,8 +410,9 @@ class _Thread:
 
 
 class _TaskRun:
-    def __init__(self, kernel, task, buffers, scalars, flags):
+    def __init__(self, kernel, task, buffers, scalars, flags, capacities, shapes):
         self.kernel, self.task, self.buffers, self.scalars, self.flags = kernel, task, buffers, scalars, flags
+        self.capacities, self.shapes = capacities, shapes
         self.stack_index = {st: k for k, st in enumerate(N.adstacks_of(task))}
 
     def buffer(self, array, field):
@@ -361,6 +424,8 @@ class _TaskRun:
             raise InterpError(f"no buffer for {array.name}.{field} (array {array.index})") from None
 
     def shape(self, array):
+        if self.shapes[array.index] is not None:
+            return self.shapes[array.index]
         for f in ("primal", "grad", "dual"):
             if (array.index, f) in self.buffers:
                 return self.buffers[(array.index, f)].shape
@@ -384,8 +449,13 @@ def run_kernel(kernel, buffers, scalars, flags=None):
         bufs = [buffers[(a.index, f)] for f in ("primal", "grad", "dual") if (a.index, f) in buffers]
         shapes.append(bufs[0].shape if bufs else None)
     for t, task in enumerate(kernel.tasks):
-        task_flags = flags[t] if isinstance(flags, (list, tuple)) else flags
-        run = _TaskRun(kernel, task, buffers, scalars, task_flags)
-        # Header values do not dominate the body (the body recomputes what it needs).
-        for tid in range(eval_num_threads(task, scalars, shapes)):
-            _Thread(run, tid).block(task.body)
+        run_task(kernel, task, buffers, scalars, shapes, flags[t] if isinstance(flags, (list, tuple)) else flags)
+
+
+def run_task(kernel, task, buffers, scalars, shapes, flags=None, capacities=None):
+    """Run one task of `kernel` over all its threads (see run_kernel); `capacities`: spec id -> capacity of
+    the adstacks sized at launch."""
+    run = _TaskRun(kernel, task, buffers, scalars, flags, capacities or {}, shapes)
+    # Header values do not dominate the body (the body recomputes what it needs).
+    for tid in range(eval_num_threads(task, scalars, shapes)):
+        _Thread(run, tid).block(task.body)

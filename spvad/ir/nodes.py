@@ -3,6 +3,7 @@
 A statement that produces a value *is* that value (SSA by object identity). Mutable Python locals are
 `Alloca` slots read and written with `LocalLoad`/`LocalStore`. Loops and branches own nested `Block`s.
 """
+import copy
 import itertools
 from dataclasses import dataclass, field
 from typing import Optional
@@ -49,6 +50,14 @@ class Stmt:
     loc: Optional[Loc] = None
     VALUE_FIELDS = ()   # names of attributes holding operand statements (or tuples of them)
     BLOCK_FIELDS = ()   # names of attributes holding nested blocks
+    # Traits of the node kind, declared here once; passes ask `type(s).PURE`, never a list of classes.
+    PURE = False              # a function of its operands (and of its thread / loop position): CSE'd, and
+                              # removed when unused
+    READS_MEMORY = False      # reads a slot, an array element or an adstack: never CSE'd (a write may intervene)
+    HAS_SIDE_EFFECTS = False  # writes a slot, an array element or an adstack
+    WRITES_ARRAY = False      # writes an array element (a store or an atomic)
+    ACCESSES_ARRAY = False    # addresses an array element (`array`, `indices`, `field`)
+    HEADER_OK = False         # allowed in a task header, which the host evaluates too (to size the launch)
 
     def __post_init__(self):
         self.id = next(_ids)
@@ -99,16 +108,30 @@ def walk(block):
             yield from walk(b)
 
 
+def clone_stmt(s, mapping):
+    """A copy of `s` with a fresh id whose operands (and a LoopIndex's loop) found in `mapping` (old -> new)
+    are swapped; records `mapping[s] = copy`. Blocks are shared: a construct's caller gives the copy its own."""
+    new = copy.copy(s)
+    new.id = next(_ids)
+    new.replace_operands(mapping)
+    if isinstance(new, LoopIndex):
+        new.loop = mapping.get(s.loop, s.loop)
+    mapping[s] = new
+    return new
+
+
 # ---- values -------------------------------------------------------------------------------------------
 @dataclass(eq=False)
 class Const(Stmt):
     value: object
     dtype: DType
+    PURE = HEADER_OK = True
 
 
 @dataclass(eq=False)
 class ScalarArg(Stmt):
     param: ScalarParam
+    PURE = HEADER_OK = True
 
     @property
     def dtype(self):
@@ -120,12 +143,14 @@ class ArrayShape(Stmt):
     array: ArrayParam
     axis: int
     dtype: DType = i32
+    PURE = HEADER_OK = True
 
 
 @dataclass(eq=False)
 class ThreadIndex(Stmt):
     """Linear index of this thread within its parallel task (0 .. num_threads-1)."""
     dtype: DType = i32
+    PURE = True
 
 
 @dataclass(eq=False)
@@ -134,6 +159,7 @@ class Compute(Stmt):
     args: tuple
     dtype: DType
     VALUE_FIELDS = ("args",)
+    PURE = HEADER_OK = True
 
 
 # ---- locals -------------------------------------------------------------------------------------------
@@ -142,12 +168,14 @@ class Alloca(Stmt):
     """A mutable local slot of `dtype` (zero-initialised). Its uses are LocalLoad/LocalStore."""
     dtype: DType
     name: str = ""
+    HAS_SIDE_EFFECTS = True   # zeroes the slot wherever it runs
 
 
 @dataclass(eq=False)
 class LocalLoad(Stmt):
     slot: Alloca
     VALUE_FIELDS = ("slot",)
+    READS_MEMORY = True
 
     @property
     def dtype(self):
@@ -159,6 +187,7 @@ class LocalStore(Stmt):
     slot: Alloca
     value: Stmt
     VALUE_FIELDS = ("slot", "value")
+    HAS_SIDE_EFFECTS = True
 
 
 # ---- global memory ------------------------------------------------------------------------------------
@@ -169,6 +198,7 @@ class GlobalLoad(Stmt):
     indices: tuple
     field: str = "primal"
     VALUE_FIELDS = ("indices",)
+    READS_MEMORY = ACCESSES_ARRAY = True
 
     @property
     def dtype(self):
@@ -182,17 +212,20 @@ class GlobalStore(Stmt):
     value: Stmt
     field: str = "primal"
     VALUE_FIELDS = ("indices", "value")
+    HAS_SIDE_EFFECTS = WRITES_ARRAY = ACCESSES_ARRAY = True
 
 
 @dataclass(eq=False)
 class AtomicRMW(Stmt):
-    """Atomic read-modify-write (`kind` in add/max/min); its value is the element's old value."""
-    kind: str
+    """Atomic read-modify-write `a[idx] = op(a[idx], value)`, `op` in ops.ATOMICS; its value is the element's
+    old value."""
+    op: Op
     array: ArrayParam
     indices: tuple
     value: Stmt
     field: str = "primal"
     VALUE_FIELDS = ("indices", "value")
+    READS_MEMORY = HAS_SIDE_EFFECTS = WRITES_ARRAY = ACCESSES_ARRAY = True
 
     @property
     def dtype(self):
@@ -202,12 +235,16 @@ class AtomicRMW(Stmt):
 # ---- control flow -------------------------------------------------------------------------------------
 @dataclass(eq=False)
 class RangeFor(Stmt):
-    """Serial loop `for i in range(begin, end, step)` inside a thread; `step` is a nonzero Python int."""
+    """Serial loop `for i in range(begin, end, step)` inside a thread; `step` is a nonzero Python int.
+
+    `exit_flag` (a u1 Alloca, from autodiff/loop_exits.py): the loop also ends when it is set, checked at
+    the top of every iteration, before the body (the only way out besides the bound)."""
     begin: Stmt
     end: Stmt
     step: int
     body: Block
-    VALUE_FIELDS = ("begin", "end")
+    exit_flag: Optional["Alloca"] = None
+    VALUE_FIELDS = ("begin", "end", "exit_flag")
     BLOCK_FIELDS = ("body",)
 
 
@@ -216,12 +253,16 @@ class LoopIndex(Stmt):
     """The current index of an enclosing RangeFor."""
     loop: RangeFor
     dtype: DType = i32
+    PURE = True
 
 
 @dataclass(eq=False)
 class While(Stmt):
-    """Loop forever; the body leaves with Break (the frontend puts `if not cond: break` first)."""
+    """Loop until `exit_flag` is set (checked at the top of every iteration, as for RangeFor). Before
+    autodiff/loop_exits.py the body leaves with Break instead (the frontend puts `if not cond: break` first)."""
     body: Block
+    exit_flag: Optional["Alloca"] = None
+    VALUE_FIELDS = ("exit_flag",)
     BLOCK_FIELDS = ("body",)
 
 
@@ -255,6 +296,7 @@ class AdStackAlloca(Stmt):
     capacity: Optional[int] = None
     name: str = ""
     capacity_spec_id: Optional[int] = None
+    HAS_SIDE_EFFECTS = True   # empties the stack wherever it runs
 
 
 @dataclass(eq=False)
@@ -262,18 +304,21 @@ class AdStackPush(Stmt):
     stack: AdStackAlloca
     value: Stmt
     VALUE_FIELDS = ("stack", "value")
+    HAS_SIDE_EFFECTS = True
 
 
 @dataclass(eq=False)
 class AdStackPop(Stmt):
     stack: AdStackAlloca
     VALUE_FIELDS = ("stack",)
+    HAS_SIDE_EFFECTS = True
 
 
 @dataclass(eq=False)
 class AdStackLoadTop(Stmt):
     stack: AdStackAlloca
     VALUE_FIELDS = ("stack",)
+    READS_MEMORY = True
 
     @property
     def dtype(self):
@@ -284,6 +329,7 @@ class AdStackLoadTop(Stmt):
 class AdStackLoadTopAdj(Stmt):
     stack: AdStackAlloca
     VALUE_FIELDS = ("stack",)
+    READS_MEMORY = True
 
     @property
     def dtype(self):
@@ -295,6 +341,7 @@ class AdStackAccAdjoint(Stmt):
     stack: AdStackAlloca
     value: Stmt
     VALUE_FIELDS = ("stack", "value")
+    READS_MEMORY = HAS_SIDE_EFFECTS = True
 
 
 # ---- kernels ------------------------------------------------------------------------------------------
@@ -308,6 +355,10 @@ class Task:
     num_threads: Stmt
     body: Block
     source: Optional[int] = None   # a derivative task: index of the forward task it was built from
+    # a gradient task with adstacks: its autodiff.adstack.StackSizer, and when some capacities are measured
+    # at launch, the counting kernel doing so with its number of counters (autodiff/depth_probe.py)
+    stack_sizes: object = None
+    depth_probe: Optional[tuple] = None
 
 
 @dataclass(eq=False)

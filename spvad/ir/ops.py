@@ -1,7 +1,8 @@
-"""The one table of IR math operations: each op's arity and how its result type follows from its operands.
+"""The one table of IR operations: each op's arity and how its result type follows from its operands.
 
-Evaluation (ir/interp.py), local partials (autodiff/rules.py) and SPIR-V lowering (spirv/lower.py) are
-each one more table keyed by `Op`; tests check that every table covers every op.
+Evaluation (ir/interp.py), derivatives (autodiff/rules.py: PARTIALS and the non-differentiable marks, or
+ATOMIC_RULES) and SPIR-V lowering (spirv/lower_ops.py: LOWER, or ATOMIC_LOWER) are each one more table
+keyed by `Op`; tests/ir/test_op_tables.py checks that every table covers exactly the ops it must.
 """
 import enum
 
@@ -26,6 +27,10 @@ class Op(enum.Enum):
     EXP = "exp"
     LOG = "log"
     LOG2 = "log2"
+    EXP2 = "exp2"
+    LOG10 = "log10"
+    EXPM1 = "expm1"       # exp(x) - 1, accurate for small |x|
+    LOG1P = "log1p"       # log(1 + x), accurate for small |x|
     SQRT = "sqrt"
     RSQRT = "rsqrt"
     FLOOR = "floor"
@@ -49,6 +54,8 @@ class Op(enum.Enum):
     # x = 0, where Python raises ZeroDivisionError; a float 0 gives inf).
     POWI = "powi"
     ATAN2 = "atan2"       # floats
+    HYPOT = "hypot"       # floats, sqrt(a*a + b*b) without overflow
+    FMOD = "fmod"         # floats, C fmod: a - b trunc(a / b), the sign of a (MOD takes the sign of b)
     MIN = "min"
     MAX = "max"
     # bitwise binary on ints
@@ -69,19 +76,27 @@ class Op(enum.Enum):
     OR = "or"
     # ternary
     SELECT = "select"     # (cond: bool, a, b) -> a if cond else b
+    # atomic read-modify-writes (statement AtomicRMW only, never a Compute): (element, value) -> element
+    # dtype, the combination stored back into the element; the statement's value is the old element
+    ATOMIC_ADD = "atomic_add"
+    ATOMIC_MAX = "atomic_max"
+    ATOMIC_MIN = "atomic_min"
 
 
 UNARY_SAME = {Op.NEG, Op.ABS, Op.SIGN}
 UNARY_FLOAT = {Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.TANH, Op.EXP,
-               Op.LOG, Op.LOG2, Op.SQRT, Op.RSQRT, Op.FLOOR, Op.CEIL, Op.ROUND}
+               Op.LOG, Op.LOG2, Op.EXP2, Op.LOG10, Op.EXPM1, Op.LOG1P, Op.SQRT, Op.RSQRT, Op.FLOOR, Op.CEIL,
+               Op.ROUND}
 BINARY_ARITH = {Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MOD, Op.MIN, Op.MAX}
-BINARY_FLOAT = {Op.POW, Op.ATAN2}
+BINARY_FLOAT = {Op.POW, Op.ATAN2, Op.HYPOT, Op.FMOD}
 BINARY_BITWISE = {Op.BIT_AND, Op.BIT_OR, Op.BIT_XOR, Op.SHL, Op.SHR}
 COMPARISONS = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE}
 LOGICAL = {Op.AND, Op.OR}
+ATOMICS = {Op.ATOMIC_ADD, Op.ATOMIC_MAX, Op.ATOMIC_MIN}
 
 ARITY = {**{op: 1 for op in UNARY_SAME | UNARY_FLOAT | {Op.NOT, Op.BIT_NOT, Op.CAST}},
-         **{op: 2 for op in BINARY_ARITH | BINARY_FLOAT | BINARY_BITWISE | COMPARISONS | LOGICAL | {Op.POWI}},
+         **{op: 2 for op in BINARY_ARITH | BINARY_FLOAT | BINARY_BITWISE | COMPARISONS | LOGICAL | ATOMICS
+            | {Op.POWI}},
          Op.SELECT: 3}
 
 
@@ -120,7 +135,7 @@ def result_dtype(op, operand_dtypes, cast_to=None):
         if d[0].is_bool or d[1] not in (T.i32, T.u32):
             raise TypeError(f"powi needs a float or integer base and an i32/u32 exponent, got {d}")
         return d[0]
-    if op in BINARY_ARITH:
+    if op in BINARY_ARITH or op in ATOMICS:
         if d[0] != d[1] or d[0].is_bool:
             raise TypeError(f"{op.value} needs numeric operands of one type, got {d}")
         if op is Op.DIV and not d[0].is_float:

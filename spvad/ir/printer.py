@@ -15,7 +15,11 @@ def _access(s):
 
 
 def _name(s):
-    return f' "{s.name}"' if getattr(s, "name", "") else ""
+    return f' "{s.name}"' if s.name else ""
+
+
+def _exit(loop):
+    return f" exit_flag={_v(loop.exit_flag)}" if loop.exit_flag is not None else ""
 
 
 def _head(s):
@@ -43,11 +47,11 @@ def _head(s):
     if isinstance(s, N.GlobalStore):
         return f"store {_access(s)} {_v(s.value)}"
     if isinstance(s, N.AtomicRMW):
-        return f"{_v(s)} = atomic_{s.kind} {s.dtype} {_access(s)} {_v(s.value)}"
+        return f"{_v(s)} = {s.op.value} {s.dtype} {_access(s)} {_v(s.value)}"
     if isinstance(s, N.RangeFor):
-        return f"{_v(s)} = for range({_v(s.begin)}, {_v(s.end)}, {s.step}):"
+        return f"{_v(s)} = for range({_v(s.begin)}, {_v(s.end)}, {s.step}){_exit(s)}:"
     if isinstance(s, N.While):
-        return f"{_v(s)} = while:"
+        return f"{_v(s)} = while{_exit(s)}:"
     if isinstance(s, N.If):
         return f"if {_v(s.cond)}:"
     if isinstance(s, N.Break):

@@ -8,10 +8,6 @@ from . import nodes as N
 from .interp import eval_op, to_scalar
 from .ops import Op
 
-PURE = (N.Const, N.ScalarArg, N.ArrayShape, N.ThreadIndex, N.LoopIndex, N.Compute)
-# Removable when unused (reads without side effects). GlobalLoads are never CSE'd (a store may intervene);
-# a load of the element this thread just stored takes the stored value (see _Rewriter.memory).
-DEAD_IF_UNUSED = PURE + (N.LocalLoad, N.GlobalLoad, N.AdStackLoadTop, N.AdStackLoadTopAdj)
 MAX_ROUNDS = 8
 
 
@@ -173,7 +169,7 @@ class _Rewriter:
             if isinstance(new, N.GlobalLoad) and _element(new) in memory:
                 self.replace(s, memory[_element(new)])
                 continue
-            if isinstance(new, (N.GlobalStore, N.AtomicRMW)):
+            if type(new).WRITES_ARRAY:
                 _forget(memory, {(new.array, new.field)})
                 if isinstance(new, N.GlobalStore):
                     memory[_element(new)] = new.value
@@ -204,7 +200,7 @@ def _element(s):
 
 def _written_in(construct):
     return {(t.array, t.field) for b in construct.blocks() for t in N.walk(b)
-            if isinstance(t, (N.GlobalStore, N.AtomicRMW))}
+            if type(t).WRITES_ARRAY}
 
 
 def _forget(memory, arrays):
@@ -236,14 +232,22 @@ def eliminate_dead_code(task):
     return changed
 
 
+def _removable(s):
+    """Dropped when unused: pure values and reads without side effects (loads are never CSE'd, a store may
+    intervene; a load of the element this thread just stored takes the stored value, see _Rewriter.block),
+    and slots never loaded with their stores."""
+    kind = type(s)
+    return (kind.PURE or (kind.READS_MEMORY and not kind.HAS_SIDE_EFFECTS)
+            or isinstance(s, (N.Alloca, N.LocalStore)))
+
+
 def _dce_round(task):
     stmts = list(N.walk(task.header)) + list(N.walk(task.body))
     stores = {}
     for s in stmts:
         if isinstance(s, N.LocalStore):
             stores.setdefault(s.slot, []).append(s)
-    removable = DEAD_IF_UNUSED + (N.Alloca, N.LocalStore)
-    work = [task.num_threads] + [s for s in stmts if not isinstance(s, removable)]
+    work = [task.num_threads] + [s for s in stmts if not _removable(s)]
     live = set()
     while work:
         s = work.pop()
@@ -258,7 +262,7 @@ def _dce_round(task):
         for s in block.stmts:
             for b in s.blocks():
                 removed |= sweep(b)
-            if isinstance(s, removable) and s not in live:
+            if _removable(s) and s not in live:
                 continue
             if isinstance(s, N.If) and not s.then_body.stmts and not s.else_body.stmts:
                 continue

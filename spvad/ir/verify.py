@@ -5,12 +5,10 @@ import numpy as np
 from .. import types as T
 from ..errors import SpvadError
 from . import nodes as N
-from .ops import result_dtype
+from .ops import ATOMICS, result_dtype
 from .printer import format_stmt
 
 FIELDS = ("primal", "grad", "dual", "final")   # final: a launch's result, read by its derivative
-ATOMIC_KINDS = ("add", "max", "min")
-HEADER_KINDS = (N.Const, N.ScalarArg, N.ArrayShape, N.Compute)
 
 
 class IRVerifyError(SpvadError):
@@ -45,7 +43,7 @@ class _Verifier:
         if t.kind not in ("parallel", "serial"):
             self.fail(f"task kind must be 'parallel' or 'serial', got {t.kind!r}")
         for s in t.header.stmts:
-            if not isinstance(s, HEADER_KINDS):
+            if not isinstance(s, N.Stmt) or not type(s).HEADER_OK:
                 self.fail(f"{type(s).__name__} is not allowed in a task header", s)
         self.block(t.header)
         if not any(s is t.num_threads for s in t.header.stmts):
@@ -121,6 +119,8 @@ class _Verifier:
         self.dtype_is(s, T.i32, "the thread index", s)
 
     def check_Compute(self, s):
+        if s.op in ATOMICS:
+            self.fail(f"{s.op.value} is an AtomicRMW op, not a Compute op", s)
         try:
             rt = result_dtype(s.op, [a.dtype for a in s.args], cast_to=s.dtype)
         except (TypeError, KeyError) as e:
@@ -171,8 +171,8 @@ class _Verifier:
     def check_AtomicRMW(self, s):
         self.access(s)
         self.written(s)
-        if s.kind not in ATOMIC_KINDS:
-            self.fail(f"atomic kind must be one of {ATOMIC_KINDS}, got {s.kind!r}", s)
+        if s.op not in ATOMICS:
+            self.fail(f"atomic op must be one of {sorted(o.value for o in ATOMICS)}, got {s.op!r}", s)
         if s.array.dtype.is_bool:
             self.fail("atomics do not apply to bool arrays", s)
         self.dtype_is(s.value, s.array.dtype, "the atomic operand", s)
@@ -189,6 +189,9 @@ class _Verifier:
         self.loop(s)
 
     def loop(self, s):
+        flag = s.exit_flag
+        if flag is not None and (not isinstance(flag, N.Alloca) or flag.dtype != T.u1):
+            self.fail("a loop's exit flag must be a u1 Alloca", s)
         self.loops.append(s)
         self.block(s.body)
         self.loops.pop()

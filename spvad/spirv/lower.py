@@ -7,7 +7,6 @@ LOWER table in lower_ops.py; buffers, atomics and adstacks are in lower_memory.p
 from dataclasses import dataclass
 
 from .. import types as T
-from ..ir import nodes as N
 from ..errors import SpvadError
 from .lower_adstack import AdStacks
 from .lower_memory import Memory, plan_layout
@@ -46,6 +45,11 @@ class LoweredTask:
     @property
     def num_buffers(self):
         return len(self.bindings) + (self.flag_binding is not None) + (self.stack_heap is not None)
+
+    @property
+    def code(self):
+        """What Device.create_pipeline takes."""
+        return self.spirv
 
 
 def lower_task(kernel, task, *, local_size=128, features=None, homes=None, bounds_check=False):
@@ -269,7 +273,7 @@ class _Lowerer:
         go = self.emit(cmp, T.u1, i, self.value(s.end))
         f.emit_void(Op.OpLoopMerge, merge, cont, LoopControl.NONE)
         f.emit_void(Op.OpBranchConditional, go, body, merge)
-        self.loop_body(body, s.body, cont, merge)
+        self.loop_body(body, s, cont, merge)
         self.begin(cont)
         f.emit_void(Op.OpStore, var, f.emit(Op.OpIAdd, i32, f.emit(Op.OpLoad, i32, var), self.i32c(s.step)))
         f.emit_void(Op.OpBranch, header)
@@ -285,7 +289,7 @@ class _Lowerer:
         self.begin(header)
         f.emit_void(Op.OpLoopMerge, merge, cont, LoopControl.NONE)
         f.emit_void(Op.OpBranch, body)
-        broken = self.loop_body(body, s.body, cont, merge)
+        broken = self.loop_body(body, s, cont, merge)
         self.begin(cont)
         f.emit_void(Op.OpBranch, header)
         self.begin(merge)
@@ -297,8 +301,7 @@ class _Lowerer:
     def check_loop_exit(self, loop, unfinished):
         """After a loop: flag it when it ended although neither its bound nor its exit flag says so.
         lavapipe (gallivm) silently stops all loops of an invocation after 65,535 iterations in total."""
-        stmts = loop.body.stmts   # the exit flag is the slot of the body's opening `if brk: break`
-        flag = stmts[0].slot if _starts_with_exit_check(stmts) else None
+        flag = loop.exit_flag
         if flag is None and unfinished is None:
             return
         cut = unfinished
@@ -313,21 +316,20 @@ class _Lowerer:
         f.emit_void(Op.OpBranch, done)
         self.begin(done)
 
-    def loop_body(self, label, body, cont, merge):
-        """Lower a loop body starting at `label`; returns whether a Break left the loop."""
+    def loop_body(self, label, loop, cont, merge):
+        """Lower the body of `loop` starting at `label`; returns whether the loop can be left (its exit
+        flag or a Break)."""
         self.loops.append([merge, cont, False])
         self.begin(label)
-        stmts = body.stmts
-        if _starts_with_exit_check(stmts):
-            # `if brk: break` as a plain conditional branch to the merge block, the shape glslang emits:
-            # lavapipe (Mesa 22.3) lost divergent breaks taken from selection constructs of a loop.
-            self.block(N.Block(stmts[:1]))
+        if loop.exit_flag is not None:
+            # the exit flag's test as a plain conditional branch to the merge block, the shape glslang
+            # emits: lavapipe (Mesa 22.3) lost divergent breaks taken from selection constructs of a loop.
+            done = self.emit(Op.OpLoad, T.u1, self.locals[loop.exit_flag])
             rest = self.f.new_label()
-            self.f.emit_void(Op.OpBranchConditional, self.value(stmts[0]), merge, rest)
+            self.f.emit_void(Op.OpBranchConditional, done, merge, rest)
             self.loops[-1][2] = True
             self.begin(rest)
-            stmts = stmts[2:]
-        self.block(N.Block(stmts))
+        self.block(loop.body)
         if self.f.in_block:
             self.f.emit_void(Op.OpBranch, cont)
         return self.loops.pop()[2]
@@ -360,10 +362,3 @@ class _Lowerer:
 
     def lower_AdStackAccAdjoint(self, s):
         self.adstacks.acc_adjoint(s)
-
-
-def _starts_with_exit_check(stmts):
-    """Does a loop body open with the loop-exit flag check `%f = local_load brk; if %f: break`?"""
-    return (len(stmts) >= 2 and isinstance(stmts[0], N.LocalLoad) and isinstance(stmts[1], N.If)
-            and stmts[1].cond is stmts[0] and len(stmts[1].then_body.stmts) == 1
-            and isinstance(stmts[1].then_body.stmts[0], N.Break) and not stmts[1].else_body.stmts)

@@ -18,13 +18,11 @@ from ..ir import nodes as N
 from ..ir.interp import access_kind
 from .spec import Op, SelectionControl, StorageClass
 
-ACCESSES = (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)
-
 
 def checked_accesses(task):
     """The accesses a debug build checks, in walk order (their position is the site number): every global
     access of an array with axes (a 0-d array has one element and nothing to check)."""
-    return [s for s in N.walk(task.body) if isinstance(s, ACCESSES) and s.array.ndim >= 1]
+    return [s for s in N.walk(task.body) if type(s).ACCESSES_ARRAY and s.array.ndim >= 1]
 
 
 def site_of(s):

@@ -17,13 +17,10 @@ from .. import types as T
 from ..ir import nodes as N
 from .lower_adstack import BUFFER, FUNCTION, HOMES, StackHeap, stack_shapes, stacks_with_adjoint
 from .lower_bounds import BoundsChecks, checked_accesses, record_words, site_of
-from .spec import Capability, Decoration, GLSL, LoopControl, Op, StorageClass
+from .lower_ops import ATOMIC_LOWER
+from .spec import Capability, Decoration, LoopControl, Op, StorageClass
 
 SCOPE_DEVICE, RELAXED = 1, 0
-INT_ATOMICS = {("add", "i"): Op.OpAtomicIAdd, ("add", "u"): Op.OpAtomicIAdd,
-               ("max", "i"): Op.OpAtomicSMax, ("max", "u"): Op.OpAtomicUMax,
-               ("min", "i"): Op.OpAtomicSMin, ("min", "u"): Op.OpAtomicUMin}
-FLOAT_COMBINE = {"add": (Op.OpFAdd, None), "max": (None, GLSL.FMax), "min": (None, GLSL.FMin)}
 PUSH_FORMAT = {"f32": "f", "f64": "d", "i32": "i", "u32": "I", "u1": "I"}
 MAX_FLAG_BIT = 31   # word 0 has 32 bits: stacks k >= 31 all set bit 31 (their depth words still tell apart)
 
@@ -68,10 +65,10 @@ class Layout:
 
 def needs_cas(s, features):
     """True when AtomicRMW `s` on a float array has no native instruction on this device."""
-    dt = s.array.dtype
+    dt, native = s.array.dtype, ATOMIC_LOWER[s.op].f32
     if not dt.is_float:
         return False
-    return not (dt == T.f32 and s.kind == "add" and features.get("atomic_float32_add"))
+    return not (dt == T.f32 and native is not None and features.get(native.feature))
 
 
 def plan_layout(kernel, task, features, homes=None, bounds_check=False):
@@ -92,7 +89,7 @@ def plan_layout(kernel, task, features, homes=None, bounds_check=False):
         lay.bounds_axes = max((s.array.ndim for s in sites), default=0)
         shapes.update((s.array.index, axis) for s in sites for axis in range(s.array.ndim))
     for s in list(N.walk(task.header)) + list(N.walk(task.body)):
-        if isinstance(s, (N.GlobalLoad, N.GlobalStore, N.AtomicRMW)):
+        if type(s).ACCESSES_ARRAY:
             key = (s.array.index, s.field)
             if key not in lay.bindings:
                 lay.bindings.append(key)
@@ -249,18 +246,18 @@ class Memory:
         self.L.f.emit_void(Op.OpStore, ptr, self.to_storage(s.array.dtype, elem, self.L.value(s.value)))
 
     def _atomic(self, s):
-        L, dt = self.L, s.array.dtype
+        L, dt, row = self.L, s.array.dtype, ATOMIC_LOWER[s.op]
         ptr, elem = self.element_ptr(s)
         v = L.value(s.value)
         if dt.is_int:
-            return L.f.emit(INT_ATOMICS[s.kind, dt.kind], elem, ptr, self.scope, self.relaxed, v)
-        if elem == L.ty(dt):   # native float add (a word-view binding takes CAS for all its atomics)
-            L.m.extension("SPV_EXT_shader_atomic_float_add")
-            L.m.capability(Capability.AtomicFloat32AddEXT)
-            return L.f.emit(Op.OpAtomicFAddEXT, elem, ptr, self.scope, self.relaxed, v)
-        return self.cas_loop(s.kind, dt, ptr, elem, v)
+            return L.f.emit(row.i if dt.kind == "i" else row.u, elem, ptr, self.scope, self.relaxed, v)
+        if elem == L.ty(dt):   # native f32 instruction (a word-view binding takes CAS for all its atomics)
+            L.m.extension(row.f32.extension)
+            L.m.capability(row.f32.capability)
+            return L.f.emit(row.f32.opcode, elem, ptr, self.scope, self.relaxed, v)
+        return self.cas_loop(row.combine, dt, ptr, elem, v)
 
-    def cas_loop(self, kind, dt, ptr, word, v):
+    def cas_loop(self, combine, dt, ptr, word, v):
         """old = *ptr; loop { new = combine(old, v); seen = cmpxchg(ptr, old -> new); if seen == old break;
         old = seen }. Returns the old value as `dt`."""
         L, f = self.L, self.L.f
@@ -275,8 +272,7 @@ class Memory:
         f.emit_void(Op.OpBranch, body)
         L.begin(body)
         old = L.emit(Op.OpBitcast, dt, cur)
-        opcode, inst = FLOAT_COMBINE[kind]
-        new = L.emit(opcode, dt, old, v) if opcode else L.glsl(inst, dt, old, v)
+        new = combine(L, dt, old, v)
         f.emit(Op.OpAtomicCompareExchange, word, ptr, self.scope, self.relaxed, self.relaxed,
                L.f.emit(Op.OpBitcast, word, new), cur, result_id=seen)
         f.emit_void(Op.OpBranchConditional, L.emit(Op.OpIEqual, T.u1, seen, cur), merge, cont)

@@ -1,13 +1,18 @@
-"""SPIR-V lowering of the IR's math: one row per `Op` (a test checks every op has one).
+"""SPIR-V lowering of the IR's ops: one LOWER row per Compute op, one ATOMIC_LOWER row per atomic op
+(tests/ir/test_op_tables.py checks that together they cover every op).
 
 A row is `row(L, s, args) -> result id`, where `L` is the lowerer (spirv/lower.py), `s` the Compute
 statement and `args` its operand ids. Semantics follow ir/interp.py (Python's floor division and modulo,
 round half away from zero, shifts by the low 5 bits, `!=` true on NaN).
 """
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
 from .. import types as T
 from ..ir import nodes as N
 from ..ir.ops import Op as IROp
-from .spec import GLSL, Op
+from .spec import GLSL, Capability, Op
 
 
 def _op(opcode):
@@ -18,6 +23,17 @@ def _op(opcode):
 def _glsl(inst, narrow=False):
     """A GLSL.std.450 instruction; `narrow` marks those defined only for 16/32-bit floats."""
     return lambda L, s, a: L.glsl(inst, s.dtype, *a, narrow=narrow)
+
+
+def _in_f32(body):
+    """A row built from f32-only GLSL.std.450 instructions (`body(L, dtype, args)`), computed in f32 for
+    f64 too: operands narrowed, the result widened, as L.glsl(..., narrow=True) does for one instruction."""
+    def row(L, s, a):
+        if s.dtype != T.f64:
+            return body(L, s.dtype, a)
+        narrowed = [L.emit(Op.OpFConvert, T.f32, x) for x in a]
+        return L.emit(Op.OpFConvert, T.f64, body(L, T.f32, narrowed))
+    return row
 
 
 def _same(L, s, a):
@@ -47,6 +63,49 @@ def _round(L, s, a):
     half = L.emit(Op.OpFOrdGreaterThanEqual, T.u1, L.glsl(GLSL.FAbs, dt, L.emit(Op.OpFSub, dt, x, t)),
                   L.const(dt, 0.5))
     return L.emit(Op.OpSelect, dt, half, L.emit(Op.OpFAdd, dt, t, L.glsl(GLSL.FSign, dt, x)), t)
+
+
+def _log10(L, dt, a):
+    # GLSL.std.450 has no Log10: log2(x) log10(2)
+    return L.emit(Op.OpFMul, dt, L.glsl(GLSL.Log2, dt, a[0]), L.const(dt, math.log10(2.0)))
+
+
+def _kahan(L, dt, x, u, small, large):
+    """|x| < 1 ? (u == 1 ? x : small) : large, the shape of expm1 and log1p below."""
+    one = L.const(dt, 1.0)
+    near = L.emit(Op.OpSelect, dt, L.emit(Op.OpFOrdEqual, T.u1, u, one), x, small)
+    below_one = L.emit(Op.OpFOrdLessThan, T.u1, L.glsl(GLSL.FAbs, dt, x), one)
+    return L.emit(Op.OpSelect, dt, below_one, near, large)
+
+
+def _expm1(L, dt, a):
+    # As ir/interp.py: u = exp(x); (u - 1) x / log(u) for |x| < 1 (Kahan), u - 1 beyond
+    x = a[0]
+    u = L.glsl(GLSL.Exp, dt, x)
+    um1 = L.emit(Op.OpFSub, dt, u, L.const(dt, 1.0))
+    small = L.emit(Op.OpFDiv, dt, L.emit(Op.OpFMul, dt, um1, x), L.glsl(GLSL.Log, dt, u))
+    return _kahan(L, dt, x, u, small, um1)
+
+
+def _log1p(L, dt, a):
+    # As ir/interp.py: u = 1 + x; log(u) x / (u - 1) for |x| < 1 (Kahan), log(u) beyond
+    x = a[0]
+    u = L.emit(Op.OpFAdd, dt, L.const(dt, 1.0), x)
+    log_u = L.glsl(GLSL.Log, dt, u)
+    small = L.emit(Op.OpFDiv, dt, L.emit(Op.OpFMul, dt, log_u, x), L.emit(Op.OpFSub, dt, u, L.const(dt, 1.0)))
+    return _kahan(L, dt, x, u, small, log_u)
+
+
+def _hypot(L, s, a):
+    # As ir/interp.py: m sqrt(1 + t^2), m = max(|a|, |b|), t = min / max (1 when equal: 0 and inf). Sqrt,
+    # FAbs, FMin, FMax are defined for f64: no narrowing.
+    dt = s.dtype
+    ax, ay = (L.glsl(GLSL.FAbs, dt, v) for v in a)
+    m, n = L.glsl(GLSL.FMax, dt, ax, ay), L.glsl(GLSL.FMin, dt, ax, ay)
+    one = L.const(dt, 1.0)
+    t = L.emit(Op.OpSelect, dt, L.emit(Op.OpFOrdEqual, T.u1, n, m), one, L.emit(Op.OpFDiv, dt, n, m))
+    root = L.glsl(GLSL.Sqrt, dt, L.emit(Op.OpFAdd, dt, one, L.emit(Op.OpFMul, dt, t, t)))
+    return L.emit(Op.OpFMul, dt, m, root)
 
 
 def _i_divmod(L, s, a):
@@ -163,6 +222,10 @@ LOWER = {
     IROp.EXP: _glsl(GLSL.Exp, narrow=True),
     IROp.LOG: _glsl(GLSL.Log, narrow=True),
     IROp.LOG2: _glsl(GLSL.Log2, narrow=True),
+    IROp.EXP2: _glsl(GLSL.Exp2, narrow=True),
+    IROp.LOG10: _in_f32(_log10),
+    IROp.EXPM1: _in_f32(_expm1),
+    IROp.LOG1P: _in_f32(_log1p),
     IROp.SQRT: _glsl(GLSL.Sqrt),
     IROp.RSQRT: _glsl(GLSL.InverseSqrt),
     IROp.FLOOR: _glsl(GLSL.Floor),
@@ -180,6 +243,8 @@ LOWER = {
     IROp.POW: _glsl(GLSL.Pow, narrow=True),
     IROp.POWI: _powi,
     IROp.ATAN2: _glsl(GLSL.Atan2, narrow=True),
+    IROp.HYPOT: _hypot,
+    IROp.FMOD: _op(Op.OpFRem),   # the sign of the dividend (OpFMod, for MOD, takes the divisor's)
     IROp.MIN: _kinds(f=_glsl(GLSL.FMin), i=_glsl(GLSL.SMin), u=_glsl(GLSL.UMin)),
     IROp.MAX: _kinds(f=_glsl(GLSL.FMax), i=_glsl(GLSL.SMax), u=_glsl(GLSL.UMax)),
     IROp.BIT_AND: _op(Op.OpBitwiseAnd),
@@ -200,4 +265,36 @@ LOWER = {
     IROp.AND: _op(Op.OpLogicalAnd),
     IROp.OR: _op(Op.OpLogicalOr),
     IROp.SELECT: _op(Op.OpSelect),
+}
+
+
+# ---- atomics: `old = a[idx]; a[idx] = op(old, v)` on a pointer to the element (spirv/lower_memory.py) ----
+class NativeFloatAtomic(NamedTuple):
+    """An f32 atomic instruction, used when the device reports `feature`."""
+    opcode: int
+    extension: str
+    capability: int
+    feature: str
+
+
+@dataclass(frozen=True)
+class AtomicLowering:
+    """One atomic op: its instruction on i32 and on u32 elements; `combine(L, dtype, old, v)`, the value the
+    compare-exchange loop of float elements stores (Memory.cas_loop); `f32`, the native f32 instruction
+    where a device has one (else floats always take the loop)."""
+    i: int
+    u: int
+    combine: object
+    f32: NativeFloatAtomic = None
+
+
+ATOMIC_LOWER = {
+    IROp.ATOMIC_ADD: AtomicLowering(Op.OpAtomicIAdd, Op.OpAtomicIAdd,
+                                    lambda L, dt, old, v: L.emit(Op.OpFAdd, dt, old, v),
+                                    f32=NativeFloatAtomic(Op.OpAtomicFAddEXT, "SPV_EXT_shader_atomic_float_add",
+                                                          Capability.AtomicFloat32AddEXT, "atomic_float32_add")),
+    IROp.ATOMIC_MAX: AtomicLowering(Op.OpAtomicSMax, Op.OpAtomicUMax,
+                                    lambda L, dt, old, v: L.glsl(GLSL.FMax, dt, old, v)),
+    IROp.ATOMIC_MIN: AtomicLowering(Op.OpAtomicSMin, Op.OpAtomicUMin,
+                                    lambda L, dt, old, v: L.glsl(GLSL.FMin, dt, old, v)),
 }

@@ -17,7 +17,7 @@ def test_format_kernel(kb):
         with kb.if_(kb.op(Op.GT, s, kb.const(0.5))) as br:
             kb.brk()
         with kb.else_(br):
-            kb.atomic("add", x, (i, j), s, field="grad")
+            kb.atomic(Op.ATOMIC_ADD, x, (i, j), s, field="grad")
     st = kb.adstack(T.f32, 8, "v")
     kb.push(st, v)
     kb.store(y, i, kb.top(st))

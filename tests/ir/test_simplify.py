@@ -174,7 +174,7 @@ def test_dce_keeps_side_effects_and_header_roots(kb):
     kb.const(9)                                      # dead header constant
     kb.body(kb.arg(n))
     i = kb.tid()
-    kb.atomic("add", x, kb.const(0), i)              # result unused, still kept
+    kb.atomic(Op.ATOMIC_ADD, x, kb.const(0), i)              # result unused, still kept
     kb.op(Op.ADD, i, i)                              # dead
     assert eliminate_dead_code(kb.kernel.tasks[0])
     assert [type(s) for s in kb.kernel.tasks[0].header.stmts] == [N.ScalarArg]
@@ -234,7 +234,7 @@ def test_store_to_load_forwarding_stops_at_writes_that_may_intervene(make_kb, rn
         kb.store(y, i, kb.load(x, i))
         with kb.range_for(kb.const(0), kb.const(3)):
             kb.store(x, i, kb.op(Op.ADD, kb.load(x, i), kb.const(1.0)))
-            kb.atomic("add", y, (i,), kb.load(x, i))
+            kb.atomic(Op.ATOMIC_ADD, y, (i,), kb.load(x, i))
         kb.store(y, i, kb.op(Op.ADD, kb.load(y, i), kb.load(x, i)))
         return kb.kernel
 

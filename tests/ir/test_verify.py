@@ -25,7 +25,7 @@ def valid(kb):
         kb.brk()
     kb.acc_adj(st, kb.top(st))
     kb.pop(st)
-    kb.atomic("add", x, (i, kb.const(0)), kb.lload(acc), field="grad")
+    kb.atomic(Op.ATOMIC_ADD, x, (i, kb.const(0)), kb.lload(acc), field="grad")
     kb.store(y, i, kb.lload(acc))
     kb.serial()
     kb.store(y, kb.const(0), kb.cast(kb.const(3), T.f32))
@@ -205,10 +205,16 @@ def _bad_field(kb):
     kb.load(y, i, field="hessian")
 
 
-def _bad_atomic_kind(kb):
+def _bad_atomic_op(kb):
     y = kb.array("y")
     i = kb.parallel(y)
-    kb.atomic("mul", y, i, kb.const(1.0))
+    kb.atomic(Op.MUL, y, i, kb.const(1.0))
+
+
+def _atomic_op_in_a_compute(kb):
+    y = kb.array("y")
+    i = kb.parallel(y)
+    kb.store(y, i, kb.op(Op.ATOMIC_ADD, kb.load(y, i), kb.const(1.0)))
 
 
 def _scalar_not_in_kernel(kb):
@@ -267,7 +273,8 @@ ROWS = [
     (_stmt_twice_across_tasks, "appears twice"),
     (_array_not_in_kernel, "is not kernel.arrays"),
     (_bad_field, "field must be one of"),
-    (_bad_atomic_kind, "atomic kind"),
+    (_bad_atomic_op, "atomic op must be one of"),
+    (_atomic_op_in_a_compute, "is an AtomicRMW op, not a Compute op"),
     (_scalar_not_in_kernel, "not a parameter of the kernel"),
     (_const_does_not_fit, "does not fit dtype i32"),
     (_bad_capacity, "capacity must be a positive int"),
