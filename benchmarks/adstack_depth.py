@@ -20,6 +20,13 @@ import numpy as np  # noqa: E402
 import spvad as sp  # noqa: E402
 from integrator import integrate, reference_grad  # noqa: E402  (benchmarks/integrator.py)
 from spvad import runtime  # noqa: E402
+from spvad.launch.device_task import task_on_device  # noqa: E402
+
+
+def held_homes(ct):
+    """The stack homes the runtime picked for compiled task `ct` at its last launch."""
+    held = task_on_device(runtime.get(), ct)
+    return held.homes(held.last_spec)
 
 HOMES = ("function", "buffer", "auto")
 
@@ -53,7 +60,7 @@ def measure(threads, steps, home, repeat):
         gradient()
         times.append(time.perf_counter() - t0)
     ct = integrate._compiled(integrate._bind((x, w, y, steps))[0], "reverse").tasks[0]
-    picked = ct.homes(runtime.get(), ct.last_spec)[0]
+    picked = held_homes(ct)[0]
     sp.reset()
     return {"steps": steps, "home": home, "picked": picked, "first_launch_ms": round(first * 1e3, 1),
             "gradient_ms": round(statistics.median(times) * 1e3, 2), "correct": bool(ok)}

@@ -20,7 +20,12 @@ import types
 import numpy as np
 
 from . import cache_format
+from .cache_folder import DEFAULT_MAX_MB, cache_dir, max_bytes, ours as _ours  # noqa: F401 (cache.cache_dir)
 from .errors import SpirvValidationError
+from .ir.nodes import ArrayParam
+from .pipeline import CompiledKernel, CompiledTask, Lowering
+from .spirv import tools
+from .spirv.lower import LoweredTask
 from .types import DType, Vector
 
 FORMAT = 2   # 1: pickle files (*.pkl, never read again); 2: sealed JSON (*.spvad)
@@ -28,48 +33,8 @@ TRUSTED_MODULES = {"spvad", "math", "numpy"}   # attributes read through these d
 SUFFIX = ".spvad"
 OLD_SUFFIXES = (".pkl",)          # entries of older formats: deleted when seen
 PIPELINE_CACHE_PREFIX = "vk-pipelines-"   # rhi/vulkan/pipeline_cache.py's file: an entry of its own for LRU
-DEFAULT_MAX_MB = 256
 EVICT_TO = 0.9                    # a full folder is trimmed to this fraction of the bound
 STALE_TMP_S = 3600                # a temporary file this old belongs to a writer that died
-
-
-# ---- the folder ---------------------------------------------------------------------------------------------
-def cache_dir():
-    """The cache folder, or None when the cache is off or the folder is not safe to use."""
-    if os.environ.get("SPVAD_CACHE", "1") in ("0", "", "off"):
-        return None
-    custom = os.environ.get("SPVAD_CACHE_DIR")
-    d = custom or os.path.join(os.path.expanduser("~"), ".cache", "spvad")
-    return d if _safe_folder(d, ours_to_fix=not custom) else None
-
-
-def _safe_folder(d, ours_to_fix):
-    """Create `d` (0700) if missing. Anyone who can write into the folder decides what the next launch
-    loads, so it must belong to this user and be writable by nobody else; the default folder, when this user
-    owns it, is tightened (older versions created it 0755/0775), a folder the user chose is not touched."""
-    try:
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        st = os.stat(d)
-        if not stat.S_ISDIR(st.st_mode) or not _ours(st):
-            return False
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            if not ours_to_fix:
-                return False
-            os.chmod(d, 0o700)
-        return True
-    except OSError:
-        return False
-
-
-def _ours(st):
-    return not hasattr(os, "getuid") or st.st_uid == os.getuid()
-
-
-def max_bytes():
-    try:
-        return int(max(float(os.environ.get("SPVAD_CACHE_MAX_MB", DEFAULT_MAX_MB)), 0.0) * (1 << 20))
-    except (ValueError, OverflowError):   # not a number, nan, inf
-        return DEFAULT_MAX_MB << 20
 
 
 # ---- the key ------------------------------------------------------------------------------------------------
@@ -337,7 +302,7 @@ def evict(d):
 
 
 # ---- compiled kernels -------------------------------------------------------------------------------------------
-_TRANSIENT = ("_threads", "last_spec")   # per-runtime state of a CompiledTask, never stored
+_TRANSIENT = ("_threads",)   # per-process state of a CompiledTask, never stored
 SPIRV_MAGIC = b"\x03\x02\x23\x07"
 
 
@@ -384,10 +349,6 @@ def load_compiled(key, kobj, rt):
 def _check(ck, kobj, rt):
     """What the launcher relies on: the right classes, well-formed SPIR-V, spirv-val when validation is on
     (every module that reaches the driver is validated then, cached or not)."""
-    from .compiler import CompiledKernel, CompiledTask, Lowering
-    from .ir.nodes import ArrayParam
-    from .spirv import tools
-    from .spirv.lower import LoweredTask
     if type(ck) is not CompiledKernel or type(ck.tasks) is not list or type(ck.captured) is not list:
         raise cache_format.BadData("not a compiled kernel")
     if not all(type(c) is tuple and len(c) == 2 and type(c[0]) is ArrayParam and type(c[1]) is str

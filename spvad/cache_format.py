@@ -24,7 +24,8 @@ import numpy as np
 # kind of object; until then such kernels are simply not cached (dumps raises NotStorable).
 WHITELIST = (
     "spvad.types.DType", "spvad.types.Vector", "spvad.ir.ops.Op",
-    "spvad.compiler.CompiledKernel", "spvad.compiler.CompiledTask", "spvad.compiler.Lowering",
+    "spvad.pipeline.CompiledKernel", "spvad.pipeline.CompiledTask", "spvad.pipeline.Lowering",
+    "spvad.pipeline.Target",
     "spvad.spirv.lower.LoweredTask", "spvad.spirv.lower_adstack.StackHeap",
     "spvad.autodiff.adstack.StackSizer", "spvad.autodiff.array_states.ArrayFacts",
     "spvad.autodiff.validation.CheckPlan",

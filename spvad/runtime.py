@@ -5,7 +5,8 @@ import os
 import sys
 import threading
 
-from .errors import DeviceError
+from . import rhi
+from .cache_folder import cache_dir
 
 _current = None
 _serials = itertools.count()
@@ -24,16 +25,9 @@ class Runtime:
             selector = int(selector)
         if backend == "auto":
             backend = "metal" if sys.platform == "darwin" else "vulkan"
-        if backend not in ("vulkan", "metal"):
-            raise DeviceError(f"unknown backend {backend!r}; expected 'auto', 'vulkan' or 'metal'")
         validation = os.environ.get("SPVAD_VALIDATION", "0") not in ("", "0")
-        if backend == "metal":
-            from .rhi.metal.device import MetalDevice
-            self.device = MetalDevice(selector, validation=validation)
-        else:
-            from .cache import cache_dir
-            from .rhi.vulkan.device import VulkanDevice
-            self.device = VulkanDevice(selector, validation=validation, pipeline_cache_dir=cache_dir())
+        self.device = rhi.open_device(backend, selector, validation=validation, pipeline_cache_dir=cache_dir())
+        self.code = rhi.code_kind(backend)   # what kernels compile to for this device: "spirv" or "ir"
         self.backend = backend
         self.serial = next(_serials)   # compile caches are per runtime (captured arrays, features)
         self.ad_stack_size = ad_stack_size
@@ -44,7 +38,7 @@ class Runtime:
         self.pending_checks = []    # callables run after each sync (adstack overflow flags)
         self.pending_checks_owners = set()
         self.released_after_sync = set()   # ids of CompiledTasks to release once their flags were read
-        self.pipelines = {}         # (kernel key, task index, spec constants) -> pipeline
+        self.tasks = {}             # id(CompiledTask) -> what this runtime holds for it (launch.DeviceTask)
         self.spare_buffers = SparePool(self.device)   # a Tape's checkpoint buffers, reused by the next Tape
         self.shared_pipelines = SharedPipelines(self.device)
 
@@ -61,19 +55,18 @@ class Runtime:
             raise errors[0]
 
     def release_tasks(self, task_ids):
-        """Free the pipelines and buffers kept for the CompiledTasks with these ids (their kernel is gone);
-        every entry of `pipelines` holds its CompiledTask last."""
-        waiting = task_ids & {id(ct) for ct in self.pending_checks_owners}   # flags not read yet
+        """Free the pipelines and buffers held for the CompiledTasks with these ids (their kernel is gone)."""
+        waiting = task_ids & {id(t.ct) for t in self.pending_checks_owners}   # flags not read yet
         self.released_after_sync |= waiting
-        task_ids = task_ids - waiting
-        for key in [k for k, entry in self.pipelines.items() if id(entry[-1]) in task_ids]:
-            for obj in self.pipelines.pop(key)[:-1]:
-                obj.release()   # deferred by the device while recorded launches may still use it
+        for key in task_ids - waiting:
+            held = self.tasks.pop(key, None)
+            if held is not None:
+                held.release()   # deferred by the device while recorded launches may still use it
 
     def close(self):
         self.pending_checks = []
         self.pending_checks_owners.clear()
-        self.pipelines.clear()
+        self.tasks.clear()
         self.shared_pipelines.clear()
         self.spare_buffers.clear()
         self.device.close()
@@ -90,10 +83,10 @@ class SharedPipelines:
         self.device, self.live, self.idle = device, {}, {}
 
     def get(self, low, name, spec):
-        key = (low.spirv, low.num_buffers, low.push_size, tuple(sorted(spec.items())) if spec else ())
+        key = (low.code, low.num_buffers, low.push_size, tuple(sorted(spec.items())) if spec else ())
         ref = self.live.get(key) or self.idle.pop(key, None)
         if ref is None:
-            pipeline = self.device.create_pipeline(low.spirv, name=name, num_buffers=low.num_buffers,
+            pipeline = self.device.create_pipeline(low.code, name=name, num_buffers=low.num_buffers,
                                                    push_constant_size=low.push_size, spec_constants=spec or None)
             ref = SharedPipeline(self, key, pipeline)
         self.live[key] = ref

@@ -28,6 +28,35 @@ def no_validation_messages():
         assert not msgs, "Vulkan validation messages:\n" + "\n".join(msgs)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "backends: run the test on the Vulkan device and on the interpreter "
+                            "backend (sp.init(backend='interp')), as parameter `backend`")
+
+
+def pytest_generate_tests(metafunc):
+    """Tests marked `backends` run once per backend: the gradient tables hold on the oracle too."""
+    if metafunc.definition.get_closest_marker("backends") and "backend" not in metafunc.fixturenames:
+        metafunc.fixturenames.append("backend")
+        metafunc.parametrize("backend", ["vulkan", "interp"])
+
+
+@pytest.fixture(autouse=True)
+def on_backend(request):
+    """A `backends` test's runtime is its backend's (the default runtime is back afterwards)."""
+    callspec = getattr(request.node, "callspec", None)
+    name = callspec.params.get("backend") if callspec else None
+    if name is None or (name == "vulkan" and os.environ.get("SPVAD_BACKEND", "vulkan") == "vulkan"):
+        yield
+        return
+    sp.init(backend=name)
+    try:
+        yield
+        rt = runtime.current()
+        assert rt is None or rt.backend == name, f"the test replaced the {name} runtime by a {rt.backend} one"
+    finally:
+        sp.init()
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)

@@ -450,7 +450,7 @@ def winner(x: sp.Array, m: sp.Array):
 
 
 KINDS = {
-    "forward": (powers, "forward"), "reverse": (powers, "reverse"), "dual": (powers, "dual"),
+    "primal": (powers, "primal"), "reverse": (powers, "reverse"), "dual": (powers, "dual"),
     "checked": (powers, "checked"), "extremum reverse": (winner, "reverse"), "extremum dual": (winner, "dual"),
 }
 

@@ -353,7 +353,7 @@ def test_spirv_validation_error_names_kernel():
 
 def test_compile_rejects_a_module_spirv_val_refuses(monkeypatch, device_calls):
     """The compile pipeline runs spirv-val under pytest: a broken lowering never reaches the driver."""
-    compiler = sys.modules["spvad.compiler"]
+    compiler = sys.modules["spvad.pipeline"]
     real = compiler.lower_task
 
     def broken_lower(*a, **kw):

@@ -177,7 +177,7 @@ def run_compiled(dev, kernel, args, data, target=None):
     """Run kernel.grad(*args) as compiled by spvad through the RHI on `dev`, on numpy inputs
     data[(array index, field)]; returns (data read back, flag words of the first task with adstacks)."""
     specs, arrays, scalars = kernel._bind(args)
-    ck = kernel._compiled(specs, "reverse", target=target)
+    ck = kernel._compiled(specs, "reverse", features=target)
     shapes = [a.shape for a in arrays]
     bufs = {key: upload(dev, a) for key, a in data.items()}
     flag_bufs = []

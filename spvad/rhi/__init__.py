@@ -1,0 +1,24 @@
+import importlib
+
+from ..errors import DeviceError
+
+# The backends the runtime can open: name -> (module, Device class). What each runs: "spirv" modules
+# (Vulkan, Metal through SPIRV-Cross) or the IR itself (the interpreter, the semantic oracle).
+BACKENDS = {
+    "vulkan": ("spvad.rhi.vulkan.device", "VulkanDevice", "spirv"),
+    "metal": ("spvad.rhi.metal.device", "MetalDevice", "spirv"),
+    "interp": ("spvad.rhi.interp.device", "InterpDevice", "ir"),
+}
+
+
+def open_device(backend, selector=None, **options):
+    """A Device of `backend` (imported only now: opening one backend loads no other driver)."""
+    if backend not in BACKENDS:
+        raise DeviceError(f"unknown backend {backend!r}; expected 'auto' or one of {', '.join(BACKENDS)}")
+    module, cls, _ = BACKENDS[backend]
+    return getattr(importlib.import_module(module), cls)(selector, **options)
+
+
+def code_kind(backend):
+    """"spirv" or "ir": what the compile pipeline produces for `backend`."""
+    return BACKENDS[backend][2]

@@ -10,6 +10,13 @@ import pytest
 
 import spvad as sp
 from spvad import runtime
+from spvad.launch.device_task import task_on_device
+
+
+def held_homes(ct):
+    """The stack homes the runtime picked for compiled task `ct` at its last launch."""
+    held = task_on_device(runtime.get(), ct)
+    return held.homes(held.last_spec)
 
 N = 6   # threads: the per-thread slices differ, launches stay small
 
@@ -191,7 +198,7 @@ def test_both_homes_give_identical_gradients(name, rng, monkeypatch):
     for home in ("function", "buffer"):
         by_home[home], dev = gradients(kernel, args, out, wrt, monkeypatch, home)
         ct = compiled_task(kernel, *dev)
-        assert ct.homes(runtime.get(), ct.last_spec) == (home,) * len(ct.stack_shapes) and ct.stack_shapes
+        assert held_homes(ct) == (home,) * len(ct.stack_shapes) and ct.stack_shapes
     for g_f, g_b in zip(by_home["function"], by_home["buffer"]):
         np.testing.assert_array_equal(g_f, g_b)
     tol = 1e-5 if name == "f64" else 2e-3   # f64 sin is evaluated in f32 on Vulkan
@@ -250,10 +257,11 @@ def test_long_loops_need_no_setting(steps, home, rng, monkeypatch):
     ct = compiled_task(flow, *dev)
     info = runtime.get().device.info
     if info["device_type"] == "cpu":
-        assert ct.homes(runtime.get(), ct.last_spec) == (home,)
+        assert held_homes(ct) == (home,)
     assert (home,) in ct.variants
     assert elapsed < 10.0, f"{steps} steps took {elapsed:.1f} s (the Function home would compile for minutes)"
-    assert min(ct.capacity(s) for s in ct.lowered.adstacks) >= steps
+    held = task_on_device(runtime.get(), ct)
+    assert min(held.capacity(s) for s in ct.lowered.adstacks) >= steps
     rx, rw = flow_grad_ref(x, w, cnt)
     np.testing.assert_allclose(gx, rx, rtol=2e-3, atol=1e-4)
     np.testing.assert_allclose(gw, rw, rtol=2e-3, atol=1e-4)
@@ -268,7 +276,7 @@ def test_auto_follows_the_launch_capacity(rng, monkeypatch):
         (gx, gw), dev = gradients(integrate, args + [steps], 2, [0, 1])
         ct = compiled_task(integrate, *dev)
         if runtime.get().device.info["device_type"] == "cpu":
-            assert ct.homes(runtime.get(), ct.last_spec) == (home,)
+            assert held_homes(ct) == (home,)
         fx, fw = fd_gradients(integrate_ref, args + [steps], 2, [0, 1])
         np.testing.assert_allclose(gx, fx, rtol=5e-3, atol=5e-3)
         np.testing.assert_allclose(gw, fw, rtol=5e-3, atol=5e-3)

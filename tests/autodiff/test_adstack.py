@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 import spvad as sp
+from spvad import runtime
 from spvad.ir import nodes as N
+from spvad.launch.device_task import task_on_device
 from spvad.spirv import tools
 
 from adcheck import check_grad, positive, rand
@@ -92,7 +94,7 @@ def test_launch_time_capacities_from_scalars_and_shapes(rng):
         dev = check_grad(launch_bounds, launch_bounds_ref, args, [2], [0, 1], rng)   # syncs: no overflow
         ct = compiled(launch_bounds, *dev).tasks[0]
         assert all(s.capacity_spec_id is not None for s in ct.lowered.adstacks)
-        caps = sorted(ct.capacity(s) for s in ct.lowered.adstacks)
+        caps = sorted(task_on_device(runtime.get(), ct).capacity(s) for s in ct.lowered.adstacks)
         # loop a: n trips; loop b: at most shape(w) trips; launch-time sizes round up to powers of two
         assert caps == sorted([1 << (n - 1).bit_length(), 1 << (m - 1).bit_length()]), caps
 
@@ -152,12 +154,12 @@ def test_data_dependent_depths_are_measured(rng):
     grow = make_while_kernel()
     args = grow_args(rng)
     dev = check_grad(grow, grow_ref, args, [2], [0, 1], rng)
-    assert compiled(grow, *dev).tasks[0].sizer.measured
+    assert compiled(grow, *dev).tasks[0].stack_sizes.measured
     cnt = rng.integers(1, 40, N_THREADS).astype(np.int32)
     dev = check_grad(array_bound, array_bound_ref, [rand(rng, N_THREADS), cnt, np.zeros(N_THREADS, np.float32)],
                      [2], [0], rng)
     ct = compiled(array_bound, *dev).tasks[0]
-    assert ct.sizer.measured and all(ct.capacity(s) >= cnt.max() for s in ct.lowered.adstacks)
+    assert ct.stack_sizes.measured and all(task_on_device(runtime.get(), ct).capacity(s) >= cnt.max() for s in ct.lowered.adstacks)
 
 
 def test_overflow_raises_at_sync_with_sufficient_size(rng):

@@ -11,6 +11,8 @@ import spvad as sp
 
 from adcheck import N, case_table, check_case, rand, zeros
 
+pytestmark = pytest.mark.backends   # each test runs on Vulkan and on the interpreter backend
+
 CASES, case = case_table()
 
 

@@ -14,6 +14,8 @@ import spvad as sp
 
 from adcheck import N, case_table, check_case, positive, rand, zeros
 
+pytestmark = pytest.mark.backends   # each test runs on Vulkan and on the interpreter backend
+
 CASES, case = case_table()
 
 

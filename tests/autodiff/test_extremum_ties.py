@@ -7,6 +7,8 @@ import pytest
 
 import spvad as sp
 
+pytestmark = pytest.mark.backends   # each test runs on Vulkan and on the interpreter backend
+
 N = 8
 
 

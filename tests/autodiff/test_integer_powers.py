@@ -13,6 +13,8 @@ from spvad.ir.ops import Op
 
 from oracle import assert_same, launch_and_interpret
 
+pytestmark = pytest.mark.backends   # each test runs on Vulkan and on the interpreter backend
+
 I32_MIN, I32_MAX = -2**31, 2**31 - 1
 EXPONENTS = np.arange(-7, 10)      # tiled over the elements: every exponent meets several bases
 N_ELEMS = 3 * len(EXPONENTS)
@@ -129,7 +131,7 @@ def assert_close(got, want, rtol, sums, what):
 
 
 def interpret(k, mode, args):
-    """Run the IR that `k` compiles for `mode` ("forward", "reverse", "dual") on copies of every buffer;
+    """Run the IR that `k` compiles for `mode` ("primal", "reverse", "dual") on copies of every buffer;
     returns {(array index, field): numpy array}."""
     specs, arrays, scalars = k._bind(args)
     ck = k._compiled(specs, mode)

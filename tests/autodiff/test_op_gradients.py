@@ -1,8 +1,8 @@
 """Every differentiable op, through `kernel.grad` on the device, against central finite differences of an
 independent float64 numpy formula; ops with zero or no gradient (integers, casts to int, floor, ...) give 0.
 
-One table row per op (as in JAX's check_grads tables); a test checks the table covers every row of
-`spvad.autodiff.rules.PARTIALS` that has a nonzero gradient.
+One table row per op (as in JAX's check_grads tables); a test checks that the rows cover exactly the ops
+of `spvad.autodiff.rules.PARTIALS`, and the zero-gradient rows those of `ZERO_GRADIENT`.
 """
 import numpy as np
 import pytest
@@ -12,6 +12,8 @@ from spvad.autodiff.rules import PARTIALS, ZERO_GRADIENT
 from spvad.ir.ops import Op
 
 from adcheck import check_grad, positive, rand
+
+pytestmark = pytest.mark.backends   # each test runs on Vulkan and on the interpreter backend
 
 
 # ---- kernel-side functions (inlined @sp.func) ----------------------------------------------------------
@@ -115,6 +117,10 @@ UNARY = {
     "log2": (Op.LOG2, sp.log2, np.log2, _pos()),
     "sqrt": (Op.SQRT, sp.sqrt, np.sqrt, _pos()),
     "rsqrt": (Op.RSQRT, sp.rsqrt, lambda x: 1.0 / np.sqrt(x), _pos()),
+    "exp2": (Op.EXP2, sp.exp2, np.exp2, _any(0.1, 2.0)),
+    "log10": (Op.LOG10, sp.log10, np.log10, _pos()),
+    "expm1": (Op.EXPM1, sp.expm1, np.expm1, _any(0.01, 1.5)),
+    "log1p": (Op.LOG1P, sp.log1p, np.log1p, _any(0.01, 0.9)),
     # `v ** k` with a small constant integer k: repeated multiplication, fine for negative v
     **{f"pow_int{k}": (Op.MUL if k > 0 else Op.DIV, _int_power(k), (lambda x, k=k: x ** k), _any(0.3, 1.5))
        for k in (1, 2, 3, 5, -1, -2, -3)},
@@ -153,6 +159,8 @@ BINARY = {
     "pow": (Op.POW, f_pow_op, np.power, _pair(_pos(0.2, 2.0), _any(0.1, 2.0))),   # GLSL pow: a > 0
     "spow": (Op.POW, sp.pow, np.power, _pair(_pos(0.2, 2.0), _any(0.1, 2.0))),
     "atan2": (Op.ATAN2, sp.atan2, np.arctan2, _pair(_any(), _any())),
+    "hypot": (Op.HYPOT, sp.hypot, np.hypot, _pair(_any(), _any())),
+    "fmod": (Op.FMOD, sp.fmod, np.fmod, _mod_inputs),   # C semantics: the sign of a
     "min": (Op.MIN, f_min, np.minimum, _distinct),
     "max": (Op.MAX, f_max, np.maximum, _distinct),
     "select": (Op.SELECT, f_select, lambda a, b: np.where(a * b > 0, a * 2.0, b), _pair(_any(), _any())),
@@ -218,10 +226,10 @@ def test_binary_gradient(name, dtype, rng):
 
 
 def test_table_covers_every_differentiable_op():
-    zero = set(ZERO_GRADIENT)
-    tested = {row[0] for row in list(UNARY.values()) + list(BINARY.values())} | {Op.CAST}
-    differentiable = set(PARTIALS) - zero
-    assert differentiable <= tested, f"untested: {sorted(o.value for o in differentiable - tested)}"
+    tested = {row[0] for row in list(UNARY.values()) + list(BINARY.values())} | {Op.CAST}   # casts: below
+    assert tested == set(PARTIALS), f"untested: {sorted(o.value for o in set(PARTIALS) - tested)}"
+    zero_tested = set().union(*(ops for ops, _ in ZERO.values()))
+    assert zero_tested >= ZERO_GRADIENT, f"untested: {sorted(o.value for o in ZERO_GRADIENT - zero_tested)}"
 
 
 # ---- casts between float types carry the gradient ------------------------------------------------------
@@ -281,7 +289,8 @@ def z_floordiv(a):
 
 @sp.func
 def z_compare(a):
-    return float(a > 0.2) + float(a <= -0.3) * 2.0
+    return float(a > 0.2) + float(a <= -0.3) * 2.0 + float(a < -0.6) - float(a >= 0.6) + float(a == 0.25) \
+        + float(a != 0.35) * 3.0
 
 
 @sp.func
@@ -303,14 +312,17 @@ def z_int_math(a):
     return float(m) * 0.5
 
 
-ZERO = {"floor": z_floor, "ceil": z_ceil, "round": z_round, "sign": z_sign, "floordiv": z_floordiv,
-        "compare": z_compare, "int": z_int, "cast_i32": z_cast_i32, "int_math": z_int_math}
+# name -> (the ops of ZERO_GRADIENT the row exercises, kernel function)
+ZERO = {"floor": ({Op.FLOOR}, z_floor), "ceil": ({Op.CEIL}, z_ceil), "round": ({Op.ROUND}, z_round),
+        "sign": ({Op.SIGN}, z_sign), "floordiv": ({Op.FLOORDIV}, z_floordiv),
+        "compare": ({Op.GT, Op.LE, Op.LT, Op.GE, Op.EQ, Op.NE}, z_compare), "int": (set(), z_int),
+        "cast_i32": (set(), z_cast_i32), "int_math": (set(), z_int_math)}
 
 
 @pytest.mark.parametrize("name", sorted(ZERO))
 def test_zero_gradient(name, rng):
     """d/dx (f(x) + x) == 1 exactly: f contributes nothing (floor etc. are zero almost everywhere)."""
-    k = unary_kernel(ZERO[name])
+    k = unary_kernel(ZERO[name][1])
     # keep a*3, a*5, a*7, a*10 away from integers and a away from the comparison thresholds
     x = (rng.integers(-5, 5, N_ELEMS) + rng.uniform(0.02, 0.08, N_ELEMS)).astype(np.float32) / 10
     x[x == 0] = 0.05
@@ -321,7 +333,7 @@ def test_zero_gradient(name, rng):
     k.grad(xd, y)
     np.testing.assert_array_equal(xd.grad.to_numpy(), np.zeros(N_ELEMS))
 
-    f = ZERO[name]
+    f = ZERO[name][1]
 
     @sp.kernel
     def plus_x(x: sp.Array, y: sp.Array):

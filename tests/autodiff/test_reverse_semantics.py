@@ -10,6 +10,8 @@ import spvad as sp
 
 from adcheck import check_grad, positive, rand
 
+pytestmark = pytest.mark.backends   # each test runs on Vulkan and on the interpreter backend
+
 N = 12
 
 

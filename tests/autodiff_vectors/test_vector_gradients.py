@@ -6,6 +6,8 @@ import pytest
 
 import spvad as sp
 
+pytestmark = pytest.mark.backends   # each test runs on Vulkan and on the interpreter backend
+
 
 def rand(rng, shape, lo=0.1, hi=1.0, dtype=np.float32):
     """Random non-zero data with random signs (a test on zeros cannot fail for many bugs)."""

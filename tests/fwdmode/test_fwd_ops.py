@@ -2,8 +2,8 @@
 of an independent float64 numpy formula, one table row per op, inputs in each op's domain (never zeros).
 
 Binary ops are checked one operand at a time (the other operand's dual is filled with garbage first:
-FwdMode must start it at zero). A test checks that the rows cover every op of
-`spvad.autodiff.rules.PARTIALS` with a nonzero derivative.
+FwdMode must start it at zero). A test checks that the rows cover exactly the ops of
+`spvad.autodiff.rules.PARTIALS`, and the zero-derivative rows those of `ZERO_GRADIENT`.
 """
 import numpy as np
 import pytest
@@ -11,6 +11,8 @@ import pytest
 import spvad as sp
 from spvad.autodiff.rules import PARTIALS, ZERO_GRADIENT
 from spvad.ir.ops import Op
+
+pytestmark = pytest.mark.backends   # each test runs on Vulkan and on the interpreter backend
 
 N_ELEMS = 16
 EPS = 1e-6
@@ -157,6 +159,10 @@ UNARY = {
     "log2": ({Op.LOG2}, sp.log2, np.log2, positive(0.1, 3.0)),
     "sqrt": ({Op.SQRT}, sp.sqrt, np.sqrt, positive(0.1, 3.0)),
     "rsqrt": ({Op.RSQRT}, sp.rsqrt, lambda x: 1.0 / np.sqrt(x), positive(0.1, 3.0)),
+    "exp2": ({Op.EXP2}, sp.exp2, np.exp2, signed(0.1, 2.0)),
+    "log10": ({Op.LOG10}, sp.log10, np.log10, positive(0.1, 3.0)),
+    "expm1": ({Op.EXPM1}, sp.expm1, np.expm1, signed(0.01, 1.5)),
+    "log1p": ({Op.LOG1P}, sp.log1p, np.log1p, signed(0.01, 0.9)),
     "pow_2.5": ({Op.POW}, k_pow_half, lambda x: x ** 2.5, positive(0.2, 2.0)),
     "cast_f64": ({Op.CAST, Op.MUL}, k_to_f64, lambda x: x * x, signed(0.1, 2.0)),
     # `v ** k`, small constant integer k: exact repeated multiplication, negative v allowed
@@ -177,6 +183,8 @@ BINARY = {
     "pow": ({Op.POW}, k_pow_op, np.power, pair(positive(0.2, 2.0), signed(0.1, 2.0))),   # GLSL pow: a > 0
     "sp_pow": ({Op.POW}, sp.pow, np.power, pair(positive(0.2, 2.0), signed(0.1, 2.0))),
     "atan2": ({Op.ATAN2}, sp.atan2, np.arctan2, pair(signed(0.1, 2.0), signed(0.1, 2.0))),
+    "hypot": ({Op.HYPOT}, sp.hypot, np.hypot, pair(signed(0.1, 2.0), signed(0.1, 2.0))),
+    "fmod": ({Op.FMOD}, sp.fmod, np.fmod, mod_inputs),   # C semantics: the result takes a's sign
     "min": ({Op.MIN}, k_min, np.minimum, distinct),
     "max": ({Op.MAX}, k_max, np.maximum, distinct),
     "select": ({Op.SELECT}, k_select, lambda a, b: np.where(a > b, a * a, b * 3.0), distinct),
@@ -266,8 +274,9 @@ def test_binary_forward(name, dtype, rng):
 
 def test_table_covers_every_differentiable_op():
     covered = set().union(*(row[0] for row in list(UNARY.values()) + list(BINARY.values())))
-    differentiable = set(PARTIALS) - set(ZERO_GRADIENT)
-    assert differentiable <= covered, f"no forward-mode row for {sorted(o.value for o in differentiable - covered)}"
+    assert covered == set(PARTIALS), f"no forward-mode row for {sorted(o.value for o in set(PARTIALS) - covered)}"
+    zero_covered = set().union(*(ops for ops, _ in ZERO.values()))
+    assert zero_covered >= ZERO_GRADIENT, f"no zero row for {sorted(o.value for o in ZERO_GRADIENT - zero_covered)}"
 
 
 # ---- ops whose derivative is zero almost everywhere contribute nothing to the dual ------------------------
@@ -298,7 +307,8 @@ def z_floordiv(a):
 
 @sp.func
 def z_compare(a):
-    return float(a > 0.2) + float(a <= -0.3) * 2.0
+    return float(a > 0.2) + float(a <= -0.3) * 2.0 + float(a < -0.6) - float(a >= 0.6) + float(a == 0.25) \
+        + float(a != 0.35) * 3.0
 
 
 @sp.func
@@ -306,14 +316,16 @@ def z_int(a):
     return float(int(a * 5.0)) + sp.cast(sp.cast(a * 7.0, sp.i32) % 3, sp.f32)
 
 
-ZERO = {"floor": z_floor, "ceil": z_ceil, "round": z_round, "sign": z_sign, "floordiv": z_floordiv,
-        "compare": z_compare, "int": z_int}
+# name -> (the ops of ZERO_GRADIENT the row exercises, kernel function)
+ZERO = {"floor": ({Op.FLOOR}, z_floor), "ceil": ({Op.CEIL}, z_ceil), "round": ({Op.ROUND}, z_round),
+        "sign": ({Op.SIGN}, z_sign), "floordiv": ({Op.FLOORDIV}, z_floordiv),
+        "compare": ({Op.GT, Op.LE, Op.LT, Op.GE, Op.EQ, Op.NE}, z_compare), "int": (set(), z_int)}
 
 
 @pytest.mark.parametrize("name", sorted(ZERO))
 def test_zero_derivative_ops(name, rng):
     """d/dx (f(x) + 1.5 x) == 1.5 exactly along any seed."""
-    f = ZERO[name]
+    f = ZERO[name][1]
 
     @sp.kernel
     def plus_x(x: sp.Array, y: sp.Array):

@@ -10,6 +10,8 @@ import spvad as sp
 
 from agreement_kernels import CASES
 
+pytestmark = pytest.mark.backends   # each test runs on Vulkan and on the interpreter backend
+
 
 def _device(args):
     out = []

@@ -40,7 +40,7 @@ def init_runtime(debug=False):
 def compiled_for_metal(name, grad):
     k, build, _ = CASES[name]
     args = build()
-    return k, args, k._compiled(k._bind(args)[0], "reverse" if grad else "forward", target=METAL_FEATURES)
+    return k, args, k._compiled(k._bind(args)[0], "reverse" if grad else "primal", features=METAL_FEATURES)
 
 
 def expected_names(ck, low):

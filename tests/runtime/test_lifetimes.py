@@ -26,12 +26,12 @@ def make_scaler(c):
 def test_dropped_kernels_free_their_pipelines():
     x = sp.from_numpy(np.ones(16, np.float32))
     rt = runtime.get()
-    before = len(rt.pipelines)
+    before = len(rt.tasks)
     for n in range(60):
         make_scaler(1.0 + n / 1024)(x)   # a new kernel each time, dropped at once
     sp.sync()
     gc.collect()
-    assert len(rt.pipelines) <= before + 1   # only the last one's (if still referenced)
+    assert len(rt.tasks) <= before + 1   # only the last one's (if still referenced)
     np.testing.assert_allclose(x.to_numpy(), np.prod([1.0 + n / 1024 for n in range(60)]), rtol=1e-5)
 
 

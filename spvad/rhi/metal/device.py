@@ -97,7 +97,7 @@ class MetalDevice(ProgramMixin, Device):
 
     flush_every = 1024   # dispatches per command buffer before an early commit (no wait)
 
-    def __init__(self, selector=None, validation=False):
+    def __init__(self, selector=None, validation=False, pipeline_cache_dir=None):   # Metal keeps no pipeline cache
         self._closed = False
         self.validation = bool(validation)   # Metal's API validation is enabled by MTL_DEBUG_LAYER=1
         self._buffers, self._pipelines, self._translations = set(), set(), {}

@@ -1,0 +1,60 @@
+"""The launch side: a compiled kernel's tasks queued on the runtime's device, with their pipelines, flag
+buffers, adstack homes and depth probes (device_task.py), replays of recorded launches (replay.py) and
+the array versions a Tape follows (versions.py)."""
+from .. import runtime
+from ..spirv.lower import LOCAL_SIZE_SPEC_ID
+from .device_task import task_on_device
+from .dispatch import dispatch
+from .replay import BoundReplay, Replay, relaunch, same_threads
+from .versions import bump_versions, companion
+
+NARROW_GROUP, SMALL_LAUNCH = 64, 256
+
+__all__ = ["launch", "dispatch", "Replay", "BoundReplay", "relaunch", "same_threads", "bump_versions",
+           "companion"]
+
+
+def launch(ck, arrays, scalars, extra=(), views=None):
+    """Queue every task of a compiled kernel on the device (asynchronous) and bump the versions of what it
+    writes. Returns the recorded dispatches when repeating them needs no host work (no adstacks), else None.
+    `views`: array index -> an object bound instead of that array (a Tape's kept contents)."""
+    rt = runtime.get()
+    arrays = arrays + [obj for _, obj in ck.captured] + list(extra)
+    if views:
+        for k, view in views.items():
+            arrays[k] = view
+    for kind, k in ck.ir.scratch:   # a derivative kernel's scratch arrays (extremum winners)
+        arrays.append(arrays[k].scratch(kind))
+    shapes = [a.storage_shape for a in arrays]   # vector ndarrays add a trailing axis
+    records = []
+    for ct in ck.tasks:
+        n = ct.num_threads(scalars, shapes)
+        on_device = task_on_device(rt, ct)
+        if n <= 0:
+            if records is not None:   # a replay must know this task ran no thread
+                records.append((None, on_device, None, None, n, shapes))
+            continue
+        spec = ct.spec_constants(scalars, shapes, n)
+        if ct.depth_probe is not None:
+            spec = {**(spec or {}), **on_device.measure_depths(arrays, scalars, shapes, n)}
+        low, extra_buffers = ct.lowered, []
+        if low.adstacks:   # the stack homes, hence the module variant, depend on the capacities
+            low = ct.variant(on_device.homes(spec))
+            records = None
+        if low.flag_binding is not None:
+            extra_buffers.append(on_device.flag_buffer())
+        if low.stack_heap is not None:
+            extra_buffers.append(on_device.stack_heap(low, spec, n))
+        local = low.local_size
+        if LOCAL_SIZE_SPEC_ID in low.spec_ids and n <= SMALL_LAUNCH:
+            # a narrow group for a small launch (lavapipe runs every lane of a group); one narrow width
+            # only, so a kernel compiles at most two pipelines
+            local = min(local, NARROW_GROUP)
+            spec = {**(spec or {}), LOCAL_SIZE_SPEC_ID: local}
+        recorded = dispatch(rt, low, on_device.pipeline(spec, low), arrays, scalars, shapes, n, extra_buffers,
+                            local)
+        on_device.after_launch(spec)
+        if records is not None:
+            records.append((recorded, on_device, spec, low, n, shapes))
+    bump_versions(ck.facts.writes, arrays)
+    return records

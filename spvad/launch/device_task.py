@@ -1,0 +1,133 @@
+"""What a runtime holds for one compiled task: its pipelines (per stack homes and specialisation), its
+flag buffer, the storage-buffer home of its adstacks, and the depth probe sizing them before a launch."""
+import os
+
+import numpy as np
+
+from ..autodiff.adstack import round_up_pow2
+from ..errors import DeviceError, SpvadError
+from ..spirv.lower_adstack import HOMES, choose_homes, function_budget_words
+from .dispatch import dispatch
+from .flags import bounds_error, loop_cut_error, overflow_error, read_flags
+
+HOME_ENV = "SPVAD_ADSTACK_HOME"   # function | buffer | auto (default): where adstacks live, read at launch
+
+
+def task_on_device(rt, ct):
+    """What `rt` holds for compiled task `ct`, made on first use (runtime.release_tasks frees it)."""
+    held = rt.tasks.get(id(ct))
+    if held is None:
+        held = rt.tasks[id(ct)] = DeviceTask(rt, ct)
+    return held
+
+
+class DeviceTask:
+    """Per runtime, per CompiledTask `ct` (held, so id(ct) stays unique while this lives)."""
+
+    def __init__(self, rt, ct):
+        self.rt, self.ct = rt, ct
+        self.pipelines = {}    # (homes, spec items) -> runtime.SharedPipeline
+        self.flags = None      # the flag buffer (u32 words, lower_memory.Layout.flag_words)
+        self.heap = None       # the buffer-home stacks' storage buffer (grown, never shrunk)
+        self.probe = None      # (depth probe pipeline, its counters buffer)
+        self.last_spec = None  # specialisation of the last launch: the capacities an overflow message names
+
+    def release(self):
+        """Give back everything (the device defers destruction while recorded launches may use it)."""
+        for ref in self.pipelines.values():
+            ref.release()
+        for obj in (self.flags, self.heap) + (self.probe or ()):
+            if obj is not None:
+                obj.release()
+        self.pipelines, self.flags, self.heap, self.probe = {}, None, None, None
+
+    # ---- what a launch needs ----
+    def homes(self, spec):
+        """Home of each adstack for capacities `spec`: SPVAD_ADSTACK_HOME when set to function/buffer, else
+        Function scope while the stacks fit the device's budget (see lower_adstack.FUNCTION_BUDGET_WORDS)."""
+        mode = os.environ.get(HOME_ENV, "auto") or "auto"
+        if mode not in HOMES + ("auto",):
+            raise SpvadError(f"{HOME_ENV}={mode!r}: expected 'function', 'buffer' or 'auto'")
+        return choose_homes(self.ct.stack_shapes, spec, function_budget_words(self.rt.device.info), mode)
+
+    def pipeline(self, spec, low):
+        key = (low.homes, tuple(sorted(spec.items())) if spec else ())
+        ref = self.pipelines.get(key)
+        if ref is None:
+            ref = self.pipelines[key] = self.rt.shared_pipelines.get(low, self.ct.kernel_name, spec)
+        return ref.pipeline
+
+    def flag_buffer(self):
+        if self.flags is None:   # every stack-home variant has the same words (lower_memory.Layout.flag_words)
+            self.flags = self.rt.device.create_buffer(4 * self.ct.lowered.flag_words)
+        return self.flags
+
+    def stack_heap(self, low, spec, n):
+        """The storage buffer holding `n` threads' slices of the buffer-home stacks."""
+        nbytes = n * low.stack_heap.bytes_per_thread(spec)
+        limit = self.rt.device.info["limits"]["max_storage_buffer_range"]
+        if nbytes > limit:
+            raise DeviceError(
+                f"kernel {self.ct.kernel_name}: its adstacks need {nbytes:,} bytes of storage buffer ({n:,} "
+                f"threads x {nbytes // n:,} bytes), more than this device's maxStorageBufferRange ({limit:,} "
+                "bytes); launch fewer threads at a time or pass a smaller ad_stack_size")
+        if self.heap is None or self.heap.nbytes < nbytes:
+            if self.heap is not None:
+                self.heap.release()   # destroyed once no recorded launch uses it
+            self.heap = self.rt.device.create_buffer(nbytes)
+        return self.heap
+
+    def measure_depths(self, arrays, scalars, shapes, n):
+        """Run the depth probe now (it syncs) and return capacities for the measured stacks."""
+        rt, ct, low = self.rt, self.ct, self.ct.depth_probe
+        if self.probe is None:
+            pipe = rt.device.create_pipeline(low.code, name=ct.kernel_name + " (depth probe)",
+                                             num_buffers=low.num_buffers, push_constant_size=low.push_size)
+            self.probe = (pipe, rt.device.create_buffer(4 * ct.depth_words))
+        pipe, counts = self.probe
+        rt.sync()
+        view = counts.view(np.int32)[: ct.depth_words]
+        view[:] = 0
+        flags = [rt.device.create_buffer(4 * low.flag_words)] if low.flag_binding is not None else []
+        dispatch(rt, low, pipe, arrays + [_Counters(counts)], scalars, shapes + [(ct.depth_words,)], n, flags)
+        rt.sync()
+        error = None
+        for b in flags:   # its loops and (debug) accesses are checked like any kernel's
+            where = f"{ct.kernel_name} ({ct.task.name}, measuring adstack depths)"
+            error = read_flags(where, ct.kernel_name + " (measuring adstack depths)", rt, low,
+                               b.view(np.uint32)[: low.flag_words], overflow=None)
+            b.release()
+        if error is not None:
+            raise error
+        return {sid: round_up_pow2(int(view[sid])) for sid in ct.stack_sizes.measured}
+
+    # ---- device-side error flags: adstack overflow, a loop cut short, an out-of-bounds access (debug) ----
+    def after_launch(self, spec):
+        if self.ct.lowered.flag_binding is None:
+            return
+        self.last_spec = spec
+        rt = self.rt
+        if self not in rt.pending_checks_owners:
+            rt.pending_checks_owners.add(self)
+            rt.pending_checks.append(self.check_flags)
+
+    def check_flags(self):
+        """At sync: the error the launches since the last sync flagged, the words cleared for the next ones."""
+        self.rt.pending_checks_owners.discard(self)
+        low = self.ct.lowered
+        words = self.flag_buffer().view(np.uint32)[: low.flag_words]
+        error = read_flags(f"{self.ct.kernel_name} ({self.ct.task.name})", self.ct.kernel_name, self.rt, low,
+                           words, overflow=lambda: overflow_error(self.ct.kernel_name, low.adstacks, words,
+                                                                   self.capacity))
+        words[:] = 0
+        return error
+
+    def capacity(self, stack):
+        return (self.last_spec or {}).get(stack.capacity_spec_id, stack.capacity)
+
+
+class _Counters:
+    """The depth probe's output buffer, bound like an ndarray."""
+
+    def __init__(self, buffer):
+        self.buffer = buffer

@@ -1,0 +1,118 @@
+"""Repeating recorded launches: a kernel called again with the very same objects, a Tape's gradient replay."""
+import weakref
+
+import numpy as np
+
+from .. import runtime
+from .. import types as T
+from ..ir.frontend import VectorArgSpec
+from .dispatch import push_constants
+from .versions import bump_versions, companion
+
+
+class Replay:
+    """The dispatches of a kernel's last launch. Calling the kernel again with the very same argument
+    objects (same ndarrays, same scalar objects) repeats them without checking or packing anything again."""
+
+    def __init__(self, args, specs, scalars, records, ck):
+        self.rt = runtime.current()
+        self.scalars, self.ck = scalars, ck
+        self.captured = [obj for _, obj in ck.captured]
+        self.args = tuple(weakref.ref(a) if getattr(a, "_spvad_ndarray", False) else a for a in args)
+        self.positions = [k for k, a in enumerate(args) if getattr(a, "_spvad_ndarray", False)]
+        self.specs, self.records = specs, records
+        n = len(self.positions)   # what a launch writes, by argument position / captured object
+        self.written_args = [(self.positions[ai], f) for ai, f in ck.facts.writes if ai < n]
+        self.written_captured = [companion(self.captured[ai - n], f) for ai, f in ck.facts.writes if ai >= n]
+
+    def matches(self, args):
+        if len(args) != len(self.args) or self.rt is not runtime.current():
+            return False
+        for a, b in zip(args, self.args):
+            if a is not b and (type(b) is not weakref.ref or b() is not a):
+                return False
+        return True
+
+    def new_scalars(self, kernel, args):
+        """Same ndarrays, other scalar values of the same dtypes (e.g. a time-step index): the checked
+        scalars, or None when that does not apply."""
+        if len(args) != len(self.args) or self.rt is not runtime.current():
+            return None
+        scalars = []
+        for (name, ann), a, b, spec in zip(kernel.params, args, self.args, self.specs):
+            if type(b) is weakref.ref:
+                if b() is not a:
+                    return None
+            elif not isinstance(spec, T.DType) or not isinstance(a, (int, float, bool, np.generic)) or \
+                    kernel._scalar_dtype(name, ann, a) != spec:
+                return None
+            else:
+                scalars.append(a)
+        return scalars
+
+    def same_threads(self, scalars):
+        return same_threads(self.records, scalars)
+
+    def arrays(self, args):
+        return [args[k] for k in self.positions]
+
+    def run(self, args, scalars):
+        """Launch again: the recorded dispatches as they are, or with push constants packed for new scalars."""
+        if scalars is self.scalars:
+            device_launch = self.rt.device.launch
+            for recorded, on_device, spec, *_ in self.records:
+                if recorded is not None:
+                    device_launch(*recorded)
+                    on_device.after_launch(spec)
+        else:
+            relaunch(self.rt, self.records, scalars)
+        for k, field in self.written_args:
+            companion(args[k], field).version += 1
+        for a in self.written_captured:
+            a.version += 1
+
+
+class BoundReplay:
+    """A gradient launch's dispatches (no adstacks), repeated for already-checked arguments with the same
+    ndarrays and scalar dtypes: a Tape replaying a time loop only repacks the push constants."""
+
+    def __init__(self, specs, arrays, records, ck):
+        self.rt = runtime.current()
+        self.arrays = [weakref.ref(a) for a in arrays]
+        # the recorded dispatches bind these .grad buffers: a Tape's temporary .grad is a new one each time
+        self.grads = [a.grad is not None and weakref.ref(a.grad) for a in arrays]
+        self.dtypes = _scalar_dtypes(specs)
+        self.records, self.ck = records, ck
+
+    def rerun(self, specs, arrays, scalars):
+        if self.rt is not runtime.current() or self.dtypes is None or len(arrays) != len(self.arrays) or any(
+                r() is not a or (g() is not a.grad if g else a.grad is not None)
+                for r, g, a in zip(self.arrays, self.grads, arrays)) or \
+                _scalar_dtypes(specs) != self.dtypes or not same_threads(self.records, scalars):
+            return False
+        relaunch(self.rt, self.records, scalars)
+        bump_versions(self.ck.facts.writes, arrays + [obj for _, obj in self.ck.captured])
+        return True
+
+
+def _scalar_dtypes(specs):
+    """The scalar dtypes of a specialisation, or None when a vector argument is among them."""
+    if any(isinstance(s, VectorArgSpec) for s in specs):
+        return None
+    return tuple(s for s in specs if isinstance(s, T.DType))
+
+
+def same_threads(records, scalars):
+    """Whether every recorded task keeps its thread count with new scalar values."""
+    return all(on_device.ct.num_threads(scalars, shapes) == n for _, on_device, _, _, n, shapes in records)
+
+
+def relaunch(rt, records, scalars):
+    """Launch recorded dispatches again with new scalar values (same thread counts: see same_threads)."""
+    device_launch = rt.device.launch
+    for recorded, on_device, spec, low, n, shapes in records:
+        if recorded is None:
+            continue
+        pipeline, buffers, push, groups = recorded
+        device_launch(pipeline, buffers, push_constants(low, scalars, shapes), groups)
+        on_device.after_launch(spec)

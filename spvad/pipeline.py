@@ -1,0 +1,211 @@
+"""The compile pipeline: a Python function and its argument specs -> a compiled kernel.
+
+    frontend -> passes (simplify, loop exits, the derivative of `mode`, simplify) -> lowering -> validation
+
+Everything a launch needs comes back in the CompiledKernel: the tasks' code, the check plan of a checked
+build, the depth probes of data-dependent adstacks, what a launch writes and reads. Nothing here touches a
+device: a `Target` says what the code is for (SPIR-V for Vulkan and Metal, or IR for the interpreter).
+"""
+from dataclasses import dataclass, field, replace
+from typing import ClassVar, Optional
+
+from .autodiff.array_states import ArrayFacts, array_facts
+from .autodiff.forward import forward_task as dual_task
+from .autodiff.extremum_ties import TieScratch
+from .autodiff.loop_exits import eliminate_loop_exits
+from .autodiff.reverse import reverse_task
+from .autodiff.validation import instrument
+from .errors import SpvadError
+from .ir import nodes as N
+from .ir import simplify, verify
+from .ir.frontend import build_kernel
+from .ir.interp import eval_num_threads
+from .rhi.interp.program import lower_for_interp
+from .spirv import tools
+from .spirv.lower import lower_task
+from .spirv.lower_adstack import FUNCTION, stack_shapes
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What to compile: the kernel itself (`primal`), its reverse-mode gradient (`reverse`), its
+    forward-mode derivative (`dual`), or the primal instrumented to catch overwritten reads (`checked`)."""
+    kind: str = "primal"
+    aliased: bool = False         # reverse: an ndarray is bound to two parameters (updates stay atomic)
+    alias: Optional[tuple] = None  # checked: alias[k] = the first array sharing array k's buffer
+    KINDS: ClassVar[tuple] = ("primal", "reverse", "dual", "checked")
+
+    def __post_init__(self):
+        if self.kind not in self.KINDS:
+            raise SpvadError(f"unknown compile mode {self.kind!r}; expected one of {', '.join(self.KINDS)}")
+
+    @property
+    def derivative(self):
+        """"reverse", "dual" or None: which derivative the compiled kernel computes."""
+        return self.kind if self.kind in ("reverse", "dual") else None
+
+
+PRIMAL, REVERSE, DUAL = Mode(), Mode("reverse"), Mode("dual")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the code is for: `code` "spirv" (Vulkan, Metal) or "ir" (the interpreter backend), the device's
+    features (sorted (name, value) pairs) and workgroup width, and the build's checks."""
+    code: str = "spirv"
+    features: tuple = ()
+    local_size: int = 128
+    bounds_check: bool = False   # sp.init(debug=True): every global access checks its indices
+    validate: bool = False       # spirv-val every module; verify the IR after every pass
+
+
+@dataclass(eq=False)
+class CompiledTask:
+    """A lowered task. `lowered` keeps every adstack in Function scope; other stack homes (chosen at
+    launch, once capacities are known) are lowered on first use by `relower` and kept in `variants`."""
+    task: N.Task
+    lowered: object
+    kernel_name: str
+    relower: object = None       # homes -> LoweredTask of another stack-home variant
+    stack_sizes: object = None   # autodiff.adstack.StackSizer of a gradient task with adstacks
+    depth_probe: object = None   # lowered counting task measuring data-dependent loop depths, or None
+    depth_words: int = 0         # counters the depth probe writes
+    variants: dict = field(default_factory=dict)   # homes tuple -> LoweredTask
+
+    def __post_init__(self):
+        self.variants[(FUNCTION,) * len(self.lowered.adstacks)] = self.lowered
+        self.stack_shapes = stack_shapes(self.task) if self.lowered.adstacks else []
+
+    def num_threads(self, scalars, shapes):
+        """Threads of a launch: the task header evaluated on the host, memoised per scalars and shapes."""
+        cache = self.__dict__.setdefault("_threads", {})
+        key = (tuple(scalars), tuple(shapes))
+        n = cache.get(key)
+        if n is None:
+            if len(cache) > 256:
+                cache.clear()
+            n = cache[key] = eval_num_threads(self.task, scalars, shapes)
+        return n
+
+    def spec_constants(self, scalars, shapes, num_threads):
+        """Adstack capacities known once the launch's scalars and shapes are (spec id -> capacity), or None."""
+        sizer = self.stack_sizes
+        if sizer is None or not sizer.launch_bounds:
+            return None
+        return sizer.spec_constants(scalars, shapes, num_threads)
+
+    def variant(self, homes):
+        low = self.variants.get(homes)
+        if low is None:
+            low = self.variants[homes] = self.relower(homes)
+        return low
+
+
+@dataclass(eq=False)
+class CompiledKernel:
+    ir: N.Kernel
+    param_bindings: list
+    captured: list
+    tasks: list
+    check_plan: object = None    # mode "checked": the access checker's extra arrays
+    facts: ArrayFacts = ArrayFacts()   # what a launch writes and (derivatives) which array contents it reads
+
+
+def compile_kernel(fn, specs, mode, target, ad_stack_size=None, name=None):
+    """Compile `fn` for argument `specs` (frontend ArraySpec / VectorArgSpec / DType per parameter)."""
+    name = name or fn.__name__
+    primal, bindings, captured = build_kernel(fn, specs)
+    ir, check_plan = run_passes(primal, mode, ad_stack_size, target.validate)
+    tasks = [compile_task(ir, task, target, name) for task in ir.tasks]
+    probes = [(t.task.source, t.task.depth_probe[0]) for t in tasks if t.depth_probe is not None]
+    facts = array_facts(primal, ir, mode.derivative, probes)
+    return CompiledKernel(ir, bindings, captured, tasks, check_plan, facts)
+
+
+def run_passes(kernel, mode, ad_stack_size=None, verify_each=False):
+    """The passes of `mode`, in order; returns (kernel, check plan of a checked build or None)."""
+    steps = [simplify.simplify, eliminate_all_loop_exits]
+    plan = []
+    if mode.kind == "reverse":
+        steps += [lambda k: reverse_kernel(k, ad_stack_size, not mode.aliased), simplify.simplify]
+    elif mode.kind == "dual":
+        steps += [dual_kernel, simplify.simplify]
+    elif mode.kind == "checked":
+        steps.append(lambda k: _keep(instrument(k, list(mode.alias) if mode.alias else None), plan))
+    if verify_each:
+        verify.verify(kernel)
+    for step in steps:
+        kernel = step(kernel)
+        if verify_each:
+            verify.verify(kernel)
+    return kernel, (plan[0] if plan else None)
+
+
+def _keep(result, plan):
+    kernel, p = result
+    plan.append(p)
+    return kernel
+
+
+def eliminate_all_loop_exits(kernel):
+    for task in kernel.tasks:
+        eliminate_loop_exits(task)
+    return kernel
+
+
+def reverse_kernel(kernel, ad_stack_size, thread_private=True):
+    """The gradient kernel: each task's gradient tasks, in reverse task order. `thread_private`: plain
+    (non-atomic) gradient updates are allowed where indices differ per thread (no aliased arguments)."""
+    scratch = TieScratch(list(kernel.arrays))
+    tasks = []
+    for i in reversed(range(len(kernel.tasks))):
+        grads = reverse_task(kernel, kernel.tasks[i], {"ad_stack_size": ad_stack_size}, scratch, thread_private)
+        for g in grads:
+            g.source = i
+        tasks += grads
+    return N.Kernel(kernel.name + "_grad", scratch.arrays, kernel.scalars, tasks, kernel.filename,
+                    tuple(scratch.targets))
+
+
+def dual_kernel(kernel):
+    """The forward-mode kernel: primal and dual values of every task, in task order."""
+    scratch = TieScratch(list(kernel.arrays))
+    tasks = [d for t in kernel.tasks for d in dual_task(kernel, t, scratch)]
+    return N.Kernel(kernel.name + "_fwd", scratch.arrays, kernel.scalars, tasks, kernel.filename,
+                    tuple(scratch.targets))
+
+
+class Lowering:
+    """Lowers one task of a kernel for a target and a stack-home assignment (validated when the target
+    says so); picklable, so compiled kernels can go to the disk cache."""
+
+    def __init__(self, kernel, task, target, kernel_name):
+        self.kernel, self.task, self.target, self.kernel_name = kernel, task, target, kernel_name
+
+    @property
+    def validate(self):
+        return self.target.validate
+
+    @validate.setter
+    def validate(self, on):   # a kernel loaded from the disk cache validates what it lowers later too
+        self.target = replace(self.target, validate=on)
+
+    def __call__(self, homes=None):
+        t = self.target
+        local = 1 if self.task.kind == "serial" else t.local_size
+        if t.code == "ir":
+            return lower_for_interp(self.kernel, self.task, local_size=local, homes=homes)
+        low = lower_task(self.kernel, self.task, local_size=local, features=dict(t.features), homes=homes,
+                         bounds_check=t.bounds_check)
+        if t.validate:
+            tools.validate(low.spirv, kernel_name=f"{self.kernel_name} ({self.task.name})")
+        return low
+
+
+def compile_task(ir, task, target, kernel_name):
+    lower = Lowering(ir, task, target, kernel_name)
+    ct = CompiledTask(task, lower(), kernel_name, relower=lower, stack_sizes=task.stack_sizes)
+    if task.depth_probe is not None:
+        count_kernel, ct.depth_words = task.depth_probe
+        ct.depth_probe = Lowering(count_kernel, count_kernel.tasks[0], target, kernel_name)()
+    return ct
