@@ -51,7 +51,7 @@ def load_kernel(target):
 def dump(target, args_text):
     k = load_kernel(target)
     specs = parse_specs(k, args_text)
-    for mode in ("forward", "reverse"):
+    for mode in ("primal", "reverse"):
         print(f"==== {mode} IR ====")
         try:
             ck = k._compiled(specs, mode)

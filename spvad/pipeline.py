@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar, Optional
 
 from .autodiff.array_states import ArrayFacts, array_facts
-from .autodiff.forward import forward_task as dual_task
+from .autodiff.dual import dual_task
 from .autodiff.extremum_ties import TieScratch
 from .autodiff.loop_exits import eliminate_loop_exits
 from .autodiff.reverse import reverse_task

@@ -24,7 +24,7 @@ def test_info_prints_the_device_as_json():
 
 def test_dump_prints_ir_gradient_ir_spirv_and_the_verdict():
     out = run_cli("dump", "examples/demo.py:integrate")
-    assert "==== forward IR ====" in out and "==== reverse IR ====" in out
+    assert "==== primal IR ====" in out and "==== reverse IR ====" in out
     assert "OpEntryPoint GLCompute" in out
     assert "adstack" in out                 # the gradient of the dynamic loop uses an adstack
     assert "spirv-val: OK" in out and "FAILED" not in out

@@ -172,7 +172,7 @@ def varied_outputs(task, flag="needs_grad"):
 
 
 def check_differentiable(kernel, task, mode):
-    """Compile-time errors for what a derivative kernel cannot do. `mode`: "reverse" or "forward"."""
+    """Compile-time errors for what a derivative kernel cannot do. `mode`: "reverse" or "dual"."""
     used = {o for s in N.walk(task.body) for o in s.operands()}
     what = "a differentiated kernel" if mode == "reverse" else "a kernel run in forward mode"
     for s in N.walk(task.body):
@@ -187,5 +187,5 @@ def check_differentiable(kernel, task, mode):
         if mode == "reverse" or (s.array.needs_dual and s.array.dtype.is_float):
             raise AutodiffRuleError(f"kernel {kernel.name}: the value returned by sp.{s.op.value} on "
                                     f"'{s.array.name}' cannot be differentiated through"
-                                    f"{' in forward mode' if mode == 'forward' else ''} (it depends on "
+                                    f"{' in forward mode' if mode == 'dual' else ''} (it depends on "
                                     f"thread order){where}")

@@ -22,19 +22,19 @@ class ArrayFacts:
                                        # that have one: the derivative chain would stop there
 
 
-def array_facts(forward, compiled, mode, probes=()):
-    """ArrayFacts of `compiled` (the kernel after its passes); `forward`: the frontend's kernel (the passes
+def array_facts(primal, compiled, mode, probes=()):
+    """ArrayFacts of `compiled` (the kernel after its passes); `primal`: the frontend's kernel (the passes
     change its tasks in place but never add any); `mode`: "reverse" for a gradient kernel (its tasks name
     their `source`), "dual" for a forward-mode kernel, else None."""
-    n = len(forward.arrays)
+    n = len(primal.arrays)
     writes = written_fields(compiled, n)
     if mode is None:
         return ArrayFacts(writes)
     flag = "needs_grad" if mode == "reverse" else "needs_dual"
-    varied = tuple(sorted(set().union(*(varied_outputs(t, flag) for t in forward.tasks))))
+    varied = tuple(sorted(set().union(*(varied_outputs(t, flag) for t in primal.tasks))))
     if mode == "dual":
         return ArrayFacts(writes, varied_outputs=varied)
-    reads, middle = gradient_reads(forward, compiled, probes)
+    reads, middle = gradient_reads(primal, compiled, probes)
     return ArrayFacts(writes, reads, tuple(middle), varied)
 
 
@@ -93,15 +93,15 @@ def load_phases(task):
     return phases
 
 
-def gradient_reads(forward, grad_kernel, probes=()):
+def gradient_reads(primal, grad_kernel, probes=()):
     """({(array index, field): PRE | POST}, [array index]) for a gradient kernel whose tasks name their
-    forward task in `source`: which contents each primal read of the gradient needs, and the arrays whose
-    needed contents exist only in the middle of the forward launch (a task reads what an earlier task or
+    primal task in `source`: which contents each primal read of the gradient needs, and the arrays whose
+    needed contents exist only in the middle of the primal launch (a task reads what an earlier task or
     its own earlier iteration wrote, and something later overwrites it), which no Tape can provide.
-    `probes`: (source, Kernel) pairs of kernels that replay a forward task before the gradient."""
-    num_user = len(forward.arrays)
-    writers_of = task_writes(forward)
-    phases_of = [load_phases(t) for t in forward.tasks]
+    `probes`: (source, Kernel) pairs of kernels that replay a primal task before the gradient."""
+    num_user = len(primal.arrays)
+    writers_of = task_writes(primal)
+    phases_of = [load_phases(t) for t in primal.tasks]
     needs, middle = {}, set()
     reads = [(t.source, t.body) for t in grad_kernel.tasks] + [(src, t.body) for src, k in probes for t in k.tasks]
     for source, body in reads:

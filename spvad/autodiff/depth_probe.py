@@ -1,4 +1,4 @@
-"""The counting kernel for data-dependent adstack depths: the forward task without its global writes,
+"""The counting kernel for data-dependent adstack depths: the primal task without its global writes,
 recording with an atomic max how many iterations each measured loop ran (per execution, over all threads).
 The runtime launches it before the gradient and sizes those loops' stacks from the counts.
 """

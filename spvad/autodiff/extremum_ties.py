@@ -118,7 +118,7 @@ def reverse_tie_tasks(task, sites, scratch):
     return [count], fixups
 
 
-def check_forward_replay(kernel, task, sites):
+def check_dual_replay(kernel, task, sites):
     """Forward mode replays `task` after it ran, to find the winners: the arrays it reads must be unchanged."""
     if not sites:
         return

@@ -1,6 +1,6 @@
-"""Reverse mode: the gradient task of a forward task, replaying primal values through adstack snapshots.
+"""Reverse mode: the gradient task of a primal task, replaying primal values through adstack snapshots.
 
-The gradient body is `FWD(body); REV(body)`. FWD re-runs the forward (no global stores); before every
+The gradient body is `REPLAY(body); REV(body)`. REPLAY re-runs the primal (no global stores); before every
 construct (if / loop iteration) that holds reverse work it pushes a snapshot of the local slots the
 construct reads onto adstacks. REV walks statements backwards; for such a construct it pops iterations
 in reverse: restore the snapshot, replay the construct's body forward (so every primal value of that
@@ -44,7 +44,7 @@ class _Reverser(Emitter):
         self.act = Activity(task)
         self.sizer = StackSizer(task, **sizer_options)
         self.top = []          # statements placed at the top of the gradient body (allocas, stacks)
-        self.slots = {}        # forward Alloca -> its clone (one per task: slots are shared by all replays)
+        self.slots = {}        # primal Alloca -> its clone (one per task: slots are shared by all replays)
         self.adj = {}          # active value or slot -> adjoint Alloca
         self.trips = {}        # loop -> Alloca counting its iterations in the latest replay
         self.snapshots = {}    # construct -> [(slot, AdStackAlloca)]
@@ -65,7 +65,7 @@ class _Reverser(Emitter):
             if isinstance(s, N.Alloca):
                 self.slots[s] = self.new_top(N.Alloca(s.dtype, s.name), s.loc)
         m = dict(self.slots)
-        self.fwd(self.task.body.stmts, m, snap=True)
+        self.replay(self.task.body.stmts, m, snap=True)
         self.rev(self.task.body.stmts, m)
         body.stmts[0:0] = self.top
         grad = N.Task(self.task.name + "_grad", self.task.kind, header, hmap[self.task.num_threads], body)
@@ -109,8 +109,8 @@ class _Reverser(Emitter):
             g = self.cast(g, a.dtype)
         self.emit(N.LocalStore(a, self.compute(Op.ADD, self.emit(N.LocalLoad(a)), g)))
 
-    # ---- FWD: replay ----
-    def fwd(self, stmts, m, snap):
+    # ---- REPLAY: the primal again, without global stores ----
+    def replay(self, stmts, m, snap):
         for s in stmts:
             self.loc = s.loc
             if isinstance(s, N.Alloca) or type(s).WRITES_ARRAY:
@@ -122,14 +122,14 @@ class _Reverser(Emitter):
                 if snap and s in self.act.busy_constructs:
                     self.push_snapshot(s, m)
                 new = self.emit(N.If(m[s.cond], N.Block(), N.Block()))
-                self.in_block(new.then_body, self.fwd, s.then_body.stmts, dict(m), False)
-                self.in_block(new.else_body, self.fwd, s.else_body.stmts, dict(m), False)
+                self.in_block(new.then_body, self.replay, s.then_body.stmts, dict(m), False)
+                self.in_block(new.else_body, self.replay, s.else_body.stmts, dict(m), False)
             elif isinstance(s, (N.RangeFor, N.While)):
-                self.fwd_loop(s, m, snap and s in self.act.busy_constructs)
+                self.replay_loop(s, m, snap and s in self.act.busy_constructs)
             else:
                 self.clone(s, m)
 
-    def fwd_loop(self, s, m, busy):
+    def replay_loop(self, s, m, busy):
         if busy:
             trips = self.trips.get(s) or self.trips.setdefault(s, self.new_top(N.Alloca(T.i32, "trips"), s.loc))
             self.emit(N.LocalStore(trips, self.const(0)))
@@ -146,7 +146,7 @@ class _Reverser(Emitter):
                 self.push_snapshot(s, m1)
                 t = self.trips[s]
                 self.emit(N.LocalStore(t, self.compute(Op.ADD, self.emit(N.LocalLoad(t)), self.const(1))))
-            self.fwd(s.body.stmts, m1, False)
+            self.replay(s.body.stmts, m1, False)
         self.in_block(new.body, body)
 
     def push_snapshot(self, construct, m):
@@ -253,7 +253,7 @@ class _Reverser(Emitter):
             self.add_to_grad(array, indices, g, m)
 
     def replay_and_reverse(self, stmts, m):
-        self.fwd(stmts, m, snap=True)
+        self.replay(stmts, m, snap=True)
         self.rev(stmts, m)
 
     def rev_atomic(self, s, m):

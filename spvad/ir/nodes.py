@@ -354,7 +354,7 @@ class Task:
     header: Block
     num_threads: Stmt
     body: Block
-    source: Optional[int] = None   # a derivative task: index of the forward task it was built from
+    source: Optional[int] = None   # a derivative task: index of the primal task it was built from
     # a gradient task with adstacks: its autodiff.adstack.StackSizer, and when some capacities are measured
     # at launch, the counting kernel doing so with its number of counters (autodiff/depth_probe.py)
     stack_sizes: object = None

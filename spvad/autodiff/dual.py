@@ -2,28 +2,28 @@
 derivative `dual(out) = sum_i d out/d arg_i * dual(arg_i)` from the same partials table as reverse mode.
 
 Loads of needs-dual arrays read `x.dual`; stores into needs-dual arrays also write `y.dual`; atomic adds
-add the dual. No adstack is needed: everything runs in forward order.
+add the dual. No adstack is needed: everything runs in program order.
 """
 from ..ir import nodes as N
 from ..ir.emit import Emitter
 from ..ir.ops import Op
 from .activity import Activity, check_differentiable
-from .extremum_ties import active_extrema, check_forward_replay, fixup_task, won
+from .extremum_ties import active_extrema, check_dual_replay, fixup_task, won
 from .rules import ATOMIC_RULES, partials
 
 
-def forward_task(kernel, task, scratch):
+def dual_task(kernel, task, scratch):
     """The dual tasks of `task`, in launch order: its dual task, then (for atomic max/min of active values)
     a replay counting the winners and summing their tangents, and the fix-up setting the extremum's dual."""
-    check_differentiable(kernel, task, "forward")
+    check_differentiable(kernel, task, "dual")
     builder = _DualBuilder(kernel, task)
     dual = builder.run()
     sites = active_extrema(task, builder.act)
     if not sites:
         return [dual]
-    check_forward_replay(kernel, task, sites)
+    check_dual_replay(kernel, task, sites)
     replay = _DualBuilder(kernel, task, {id(s) for s in sites}, scratch).run("_winners")
-    fixups = [fixup_task(a, scratch, f"{task.name}_{a.name}_winners", "forward")
+    fixups = [fixup_task(a, scratch, f"{task.name}_{a.name}_winners", "dual")
               for a in dict.fromkeys(s.array for s in sites)]
     return [dual, replay] + fixups
 
@@ -36,8 +36,8 @@ class _DualBuilder(Emitter):
         super().__init__()
         self.kernel, self.task, self.sites, self.scratch = kernel, task, sites, scratch
         self.act = Activity(task, "needs_dual")
-        self.m = {}        # forward statement -> clone
-        self.dual = {}     # forward value or slot -> its dual (a value, or an Alloca for slots)
+        self.m = {}        # primal statement -> clone
+        self.dual = {}     # primal value or slot -> its dual (a value, or an Alloca for slots)
         self.top = []
 
     def run(self, suffix="_fwd"):
