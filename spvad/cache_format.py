@@ -112,7 +112,7 @@ class _Writer:
         if t is tuple:
             return ["t", *map(self.value, v)]
         if t is frozenset:
-            return ["f", *map(self.value, v)]
+            return ["f", *map(self.value, _in_stable_order(v))]
         if t is bytes:
             return ["b", base64.b64encode(v).decode("ascii")]
         if isinstance(v, enum.Enum):
@@ -130,7 +130,7 @@ class _Writer:
         if t is dict:
             return ["d", [[self.value(k), self.value(x)] for k, x in obj.items()]]
         if t is set:
-            return ["s", [self.value(x) for x in obj]]
+            return ["s", [self.value(x) for x in _in_stable_order(obj)]]
         cid = self.class_id(t)
         state = vars(obj)
         if not all(type(k) is str for k in state):
@@ -157,6 +157,12 @@ class _Writer:
                     state[k] = 2
                     order.append(k)
         return order
+
+
+def _in_stable_order(items):
+    """A set's elements in an order that does not depend on string hashing (randomised per process), so
+    the same graph always gives the same bytes."""
+    return sorted(items, key=lambda x: (type(x).__name__, repr(x)))
 
 
 def dumps(root):
