@@ -1,5 +1,5 @@
 """Every table keyed by `Op` covers exactly the ops it must: adding an op without a row in one of them fails
-here (the gradient tables of tests/autodiff and tests/fwdmode check that each differentiable op is tested)."""
+here (the gradient tables of tests/autodiff check that each differentiable op is tested)."""
 import itertools
 
 import pytest

@@ -227,7 +227,7 @@ class VulkanDevice(ProgramMixin, Device):
             "int64": bool(feats.features.shaderInt64),
             # a stray index reads 0 / writes nothing instead of touching other memory (debug=True checks and
             # reports indices itself; this guards everything else). llvmpipe bounds-checks every storage
-            # buffer access anyway (tests/runtime/test_robust_access.py passes without the feature), and
+            # buffer access anyway (tests/rhi/test_robust_access.py passes without the feature), and
             # enabling it there made small dispatches 1-5 us slower: GPUs only
             "robust_buffer_access": bool(feats.features.robustBufferAccess) and LLVMPIPE not in props.deviceName,
             "atomic_float32_add": bool(atomic is not None and atomic.shaderBufferFloat32AtomicAdd),

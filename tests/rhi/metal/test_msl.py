@@ -180,7 +180,7 @@ def test_f64_is_refused_for_metal_with_a_clear_error():
 
 
 # ---- the mapping itself, on a module built by hand ---------------------------------------------------
-SHADERS_REF = pathlib.Path(__file__).resolve().parents[2] / "shaders_ref"
+SHADERS_REF = pathlib.Path(__file__).resolve().parents[3] / "shaders_ref"
 
 
 def sin_grad_module():

@@ -9,7 +9,7 @@ import pytest
 import spvad as sp
 from spvad import runtime
 
-DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "autodiff.md"
+DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "autodiff.md"
 BLOCKS = re.findall(r"^```python\n(.*?)^```", DOC.read_text(), flags=re.S | re.M)
 
 

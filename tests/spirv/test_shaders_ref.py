@@ -17,7 +17,7 @@ from spvad.rhi.metal.translate import METAL_FEATURES, translate_spirv
 from spvad.spirv import tools
 
 pytestmark = pytest.mark.skipif(shutil.which("spirv-as") is None, reason="needs spirv-tools")
-SHADERS = pathlib.Path(__file__).resolve().parents[1] / "shaders_ref"
+SHADERS = pathlib.Path(__file__).resolve().parents[2] / "shaders_ref"
 NUM = 100   # threads: not a multiple of any workgroup size, more than one group
 S, STEPS = 0.3, 5
 

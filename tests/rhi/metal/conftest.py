@@ -3,4 +3,4 @@
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "mac: needs macOS with a Metal GPU and pyobjc-framework-Metal "
-                                       "(skipped elsewhere; run: SPVAD_BACKEND=metal bash ci/test.sh tests/metal)")
+                                       "(skipped elsewhere; run: SPVAD_BACKEND=metal bash ci/test.sh tests/rhi/metal)")

@@ -15,7 +15,7 @@ from spvad.rhi.metal import device as md
 from spvad.rhi.metal import program as mp
 from spvad.spirv import tools
 
-SHADERS_REF = pathlib.Path(__file__).resolve().parents[2] / "shaders_ref"
+SHADERS_REF = pathlib.Path(__file__).resolve().parents[3] / "shaders_ref"
 
 
 # ---- pure logic (Linux CI) -------------------------------------------------------------------------------
