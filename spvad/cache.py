@@ -20,7 +20,7 @@ import types
 import numpy as np
 
 from . import cache_format
-from .cache_folder import DEFAULT_MAX_MB, cache_dir, max_bytes, ours as _ours  # noqa: F401 (cache.cache_dir)
+from .cache_folder import cache_dir, max_bytes, ours as _ours
 from .errors import SpirvValidationError
 from .ir.nodes import ArrayParam
 from .pipeline import CompiledKernel, CompiledTask, Lowering

@@ -8,7 +8,7 @@ from ..autodiff.adstack import round_up_pow2
 from ..errors import DeviceError, SpvadError
 from ..spirv.lower_adstack import HOMES, choose_homes, function_budget_words
 from .dispatch import dispatch
-from .flags import bounds_error, loop_cut_error, overflow_error, read_flags
+from .flags import overflow_error, read_flags
 
 HOME_ENV = "SPVAD_ADSTACK_HOME"   # function | buffer | auto (default): where adstacks live, read at launch
 
