@@ -2,10 +2,7 @@
 from .errors import (AdStackOverflowError, ArgumentError, AutodiffRuleError, CompileError, DeviceError,
                      PipelineCreationError, SpirvValidationError, SpvadError, ThreadCountError)
 from .kernel import func, kernel
-from .lang import (Array, abs, acos, asin, atan, atan2, atomic_add, atomic_max, atomic_min, cast, ceil, clamp,
-                   cos, cosh, cross, dot, exp, exp2, expm1, floor, fmod, hypot, length, log, log1p, log2, log10,
-                   max, min, ndrange, normalize, pow, round, rsqrt, select, sign, sin, sinh, sqrt, static, tan,
-                   tanh)
+from .lang import *  # noqa: F401,F403 (lang.__all__: the names kernels call, the math functions included)
 from .ndarray import from_numpy, ndarray
 from .runtime import device_info, init, reset, sync
 from .fwdmode import FwdMode

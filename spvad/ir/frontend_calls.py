@@ -6,15 +6,12 @@ from . import nodes as N
 from .emit import PY_SCALARS
 from .frontend_values import Scope
 from .frontend_vectors import VECTOR_BUILTINS, VecSlots, VecValue
-from .ops import Op
+from .ops import BINARY_FLOAT, UNARY_FLOAT, Op
 from .source import FunctionSource
 
-MATH1 = {"sin": Op.SIN, "cos": Op.COS, "tan": Op.TAN, "asin": Op.ASIN, "acos": Op.ACOS, "atan": Op.ATAN,
-         "sinh": Op.SINH, "cosh": Op.COSH, "tanh": Op.TANH, "exp": Op.EXP, "log": Op.LOG, "log2": Op.LOG2,
-         "exp2": Op.EXP2, "log10": Op.LOG10, "expm1": Op.EXPM1, "log1p": Op.LOG1P,
-         "sqrt": Op.SQRT, "rsqrt": Op.RSQRT, "floor": Op.FLOOR, "ceil": Op.CEIL, "round": Op.ROUND,
-         "abs": Op.ABS, "sign": Op.SIGN}
-MATH2 = {"atan2": Op.ATAN2, "hypot": Op.HYPOT, "fmod": Op.FMOD}   # float functions of two floats
+# `sp.<op name>(...)`: the math ops are called by their Op value (ops.py), so a new op needs no row here
+MATH1 = {op.value: op for op in UNARY_FLOAT | {Op.ABS, Op.SIGN}}
+MATH2 = {op.value: op for op in BINARY_FLOAT - {Op.POW}}   # float functions of two floats (pow: power())
 ATOMICS = {"atomic_add": Op.ATOMIC_ADD, "atomic_max": Op.ATOMIC_MAX, "atomic_min": Op.ATOMIC_MIN}
 
 
