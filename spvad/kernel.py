@@ -8,7 +8,7 @@ import numpy as np
 from . import cache, recording, runtime, tape
 from . import types as T
 from .autodiff.validation import violation_check
-from .errors import ArgumentError
+from .errors import ArgumentError, AutodiffRuleError
 from .ir.frontend import ArraySpec, VectorArgSpec
 from .ir.printer import format_kernel
 from .ir.source import FunctionSource
@@ -241,8 +241,10 @@ class Kernel:
         return out
 
     def derivative_with_companions(self, specs, arrays, mode, give):
-        """(specs, compiled derivative kernel of pipeline.Mode `mode`) after `give(array, parameter name, captured)` added a
-        .grad (.dual) to every array that would carry the derivative without one (`give` may raise instead)."""
+        """(specs, compiled derivative kernel of pipeline.Mode `mode`) after `give(array, parameter name,
+        captured)` added a .grad (.dual) to every array that would carry the derivative without one (`give`
+        may raise instead). Every derivative launch (k.grad, k.fwd, Tape, FwdMode) asks here first, so what
+        no launch can compute is refused before anything runs."""
         everything = arrays + [obj for _, obj in self._compiled(specs).captured]
         field = "dual" if mode.kind == "dual" else "grad"
         for _ in range(len(everything) + 1):   # each round adds companions; at most one per array
@@ -254,7 +256,21 @@ class Kernel:
             names = self.array_names(ck)
             for ai in missing:
                 give(everything[ai], names[ai], ai >= len(arrays))
+        self._refuse_mid_launch_reads(ck)
         return specs, ck
+
+    def _refuse_mid_launch_reads(self, ck):
+        """A gradient that would read contents existing only in the middle of the launch: its replay (and
+        the depth probe sizing its adstacks) would see other values than the launch did, a wrong number or
+        a loop that never ends."""
+        if ck.facts.grad_middle:
+            name = self.array_names(ck)[ck.facts.grad_middle[0]]
+            raise AutodiffRuleError(
+                f"kernel {self.name}: its gradient reads '{name}' as it was in the middle of the launch: a loop "
+                f"reads elements of '{name}' that the same launch wrote before (in an earlier loop, or an "
+                "earlier iteration of that loop) and writes again later, so neither k.grad (which reads the "
+                "arrays as they are) nor sp.Tape (which keeps copies taken between launches) can provide "
+                "them. Split the kernel into one launch per loop, or keep the value in a local variable")
 
     @staticmethod
     def reverse_mode(everything):

@@ -126,16 +126,8 @@ class Tape:
             a.grad = Ndarray(a.dtype, a.shape)
             self.temporary.append(a)
 
-        specs, grad_ck = kernel.derivative_with_companions(specs, arrays, kernel.reverse_mode(everything),
-                                                           give_grad)
-        if grad_ck.facts.grad_middle:
-            a = everything[grad_ck.facts.grad_middle[0]]
-            raise AutodiffRuleError(
-                f"sp.Tape: the gradient of kernel {kernel.name} reads {self.name_of(a)} as it was in the middle "
-                "of the launch: one of its loops reads what the kernel wrote before, and a later write of the "
-                "same launch changes it again, so no copy taken between launches can provide it. Split the "
-                "kernel into one launch per loop (or keep the value in a local variable)")
-        return specs, grad_ck
+        # refuses a gradient that needs mid-launch contents, as a direct k.grad does
+        return kernel.derivative_with_companions(specs, arrays, kernel.reverse_mode(everything), give_grad)
 
     def host_write(self, array, what, index):
         """Called by ndarray before `fill`, `from_numpy` or `a[i] = v` changes `array`."""

@@ -3,8 +3,10 @@ launch found them (PRE) or as it left them (POST). A Tape keeps (checkpoints) ex
 later writes would destroy, and binds them when the gradient runs.
 """
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..ir import nodes as N
+from ..ir.ops import Op
 from .activity import varied_outputs
 
 PRE, POST = "pre", "post"
@@ -51,46 +53,113 @@ def written_fields(kernel, num_user_arrays):
     return tuple(sorted(out))
 
 
+class _Access(NamedTuple):
+    """A primal load or write of a task: its place in walk order, enclosing loops, enclosing (If, branch
+    name) pairs, and indices."""
+    pos: int
+    loops: frozenset
+    ifs: frozenset
+    indices: tuple
+
+
 def load_phases(task):
     """{array index: phases of its primal loads}: which of the task's own writes to that array a load sees.
     "before": no write can precede the load in its thread; "after": writes can precede it, none can change
-    what it read afterwards; "middle": both (the element a loop reads is rewritten by a later iteration).
-
-    A write in a loop around the load counts as rewriting what the load read only when it uses the very
-    same index values, unchanged in that loop (`for k: v = x[i]; x[i] = f(v)`); other indices are taken to
-    address elements written once before they are read (`for t: x[t + 1] = f(x[t])`), which the access
-    checker (debug=True) verifies on the device."""
+    what it read afterwards; "middle": both (the element a loop reads is rewritten by a later iteration)."""
     loads, writes, loops_of = [], {}, {}
 
-    def visit(block, loops):
+    def visit(block, loops, ifs):
         for s in block.stmts:
             loops_of[s] = loops
-            pos = len(loops_of)
+            access = _Access(len(loops_of), loops, ifs, getattr(s, "indices", ()))
             if isinstance(s, N.GlobalLoad) and s.field == "primal":
-                loads.append((s.array.index, pos, loops, s.indices))
+                loads.append((s.array.index, access))
             elif type(s).WRITES_ARRAY and s.field == "primal":
-                writes.setdefault(s.array.index, []).append((pos, loops, s.indices))
-            for b in s.blocks():
-                visit(b, loops | {s} if isinstance(s, (N.RangeFor, N.While)) else loops)
+                writes.setdefault(s.array.index, []).append(access)
+            for name in s.BLOCK_FIELDS:
+                visit(getattr(s, name), loops | {s} if isinstance(s, (N.RangeFor, N.While)) else loops,
+                      ifs | {(s, name)} if isinstance(s, N.If) else ifs)
 
-    visit(task.body, frozenset())
-
-    def rewrites(common, w_idx, l_idx):
-        return w_idx == l_idx and not any(common & loops_of.get(i, frozenset()) for i in l_idx)
-
+    visit(task.body, frozenset(), frozenset())
+    invariance = _LoopInvariance(loops_of)
     phases = {}
-    for a, pos, loops, idx in loads:
-        before = after = False
-        for p, around, w_idx in writes.get(a, ()):
-            common = around & loops
-            if common and rewrites(common, w_idx, idx):
-                before = after = True
-            elif common or p < pos:
-                before = True
-            else:
-                after = True
+    for a, load in loads:
+        seen = {_write_order(w, load, invariance) for w in writes.get(a, ())}
+        before, after = "before" in seen or "both" in seen, "after" in seen or "both" in seen
         phases.setdefault(a, set()).add("middle" if before and after else "after" if before else "before")
     return phases
+
+
+def _write_order(write, load, invariance):
+    """How `write` can change the element `load` reads: before the load ("before"), after it ("after") or
+    both. Outside a common loop, by their order. In a loop around both, a write that
+    - never addresses that element (a constant index differs) counts as before;
+    - addresses the same element in every iteration of one of those loops rewrites what the load read
+      ("both": `for k: v = x[i]; x[i] = f(v)`, `while x[j] < c: x[i] = ...`), unless it comes first and
+      runs in one iteration of each such loop (`for k: if k == 0: x[i] = ...`);
+    - addresses another element in each iteration is taken to write each element once: before it is read
+      (`for t: x[t + 1] = f(x[t])`), or after, by the same iteration (`for t: x[t] = f(x[t])`), which
+      the access checker (debug=True) verifies on the device."""
+    first = write.pos < load.pos
+    common = write.loops & load.loops
+    if not common:
+        return "before" if first else "after"
+    if _distinct(write.indices, load.indices):
+        return "before"
+    fixed = [loop for loop in common if not any(invariance.varies(i, loop) for i in write.indices)]
+    if fixed:
+        own = [f.cond for f, branch in write.ifs - load.ifs if branch == "then_body"]
+        once = all(any(_pins(c, loop, invariance) for c in own) for loop in fixed)
+        return "before" if first and once else "both"
+    return "after" if write.indices == load.indices and not first else "before"
+
+
+def _pins(cond, loop, invariance):
+    """True when `cond` holds in one iteration of `loop` at most: `loop index == e`, e the same in all."""
+    if not (isinstance(cond, N.Compute) and cond.op is Op.EQ):
+        return False
+    a, b = cond.args
+    return any(isinstance(k, N.LoopIndex) and k.loop is loop and not invariance.varies(e, loop)
+               for k, e in ((a, b), (b, a)))
+
+
+def _distinct(a, b):
+    """True when index tuples `a` and `b` can never address the same element (a constant differs)."""
+    return len(a) == len(b) and any(isinstance(x, N.Const) and isinstance(y, N.Const) and x.value != y.value
+                                    for x, y in zip(a, b))
+
+
+class _LoopInvariance:
+    """Which values of a task can differ between two iterations of a loop around them; `loops_of`: each
+    statement's enclosing loops. Unsure answers say "varies": load_phases then falls back on its
+    written-once assumption."""
+
+    def __init__(self, loops_of):
+        self.loops_of, self.memo, self.bodies = loops_of, {}, {}
+
+    def varies(self, v, loop):
+        if loop not in self.loops_of.get(v, ()):
+            return False                     # computed before the loop started
+        key = (v, loop)
+        if key not in self.memo:
+            self.memo[key] = True            # a value that feeds itself (k = k + 1) varies
+            self.memo[key] = self._varies(v, loop)
+        return self.memo[key]
+
+    def _varies(self, v, loop):
+        if isinstance(v, N.LoopIndex):
+            return True
+        if isinstance(v, N.LocalLoad):   # a slot the loop stores into differs from its value before the loop
+            return any(isinstance(s, N.LocalStore) and s.slot is v.slot for s in self.body(loop))
+        if isinstance(v, N.GlobalLoad):
+            return any(self.varies(i, loop) for i in v.indices) or any(
+                type(s).WRITES_ARRAY and s.array is v.array and s.field == v.field for s in self.body(loop))
+        return not type(v).PURE or any(self.varies(a, loop) for a in v.operands())
+
+    def body(self, loop):
+        if loop not in self.bodies:
+            self.bodies[loop] = [s for b in loop.blocks() for s in N.walk(b)]
+        return self.bodies[loop]
 
 
 def gradient_reads(primal, grad_kernel, probes=()):
