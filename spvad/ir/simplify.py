@@ -140,7 +140,7 @@ class _Rewriter:
 
     def block(self, block, scope, memory):
         """Rewrite `block`; `scope` maps CSE keys to the values available here, `memory` an element this
-        thread stored to the stored value (both copied into nested blocks). A load of such an element
+        thread stored or loaded to its value (both copied into nested blocks). A load of such an element
         takes the value: the same number, one load fewer, and a gradient replay that need not re-read
         an array the launch itself changed."""
         out = []
@@ -166,11 +166,14 @@ class _Rewriter:
                 continue
             if key is not None:
                 scope[key] = new
-            if isinstance(new, N.GlobalLoad) and _element(new) in memory:
-                self.replace(s, memory[_element(new)])
-                continue
+            if isinstance(new, N.GlobalLoad) and new.guard is None:
+                known = memory.get(_element(new))
+                if known is not None:   # stored or loaded before by this thread, not written since
+                    self.replace(s, known)
+                    continue
+                memory[_element(new)] = new
             if type(new).WRITES_ARRAY:
-                _forget(memory, {(new.array, new.field)})
+                _forget(memory, {new.array.dtype})
                 if isinstance(new, N.GlobalStore):
                     memory[_element(new)] = new.value
             if new is not s:
@@ -199,13 +202,14 @@ def _element(s):
 
 
 def _written_in(construct):
-    return {(t.array, t.field) for b in construct.blocks() for t in N.walk(b)
-            if type(t).WRITES_ARRAY}
+    """The dtypes of the arrays `construct` can write."""
+    return {t.array.dtype for b in construct.blocks() for t in N.walk(b) if type(t).WRITES_ARRAY}
 
 
-def _forget(memory, arrays):
-    """Drop what `memory` knows of the (array, field) pairs in `arrays` (any index may alias)."""
-    for k in [k for k in memory if k[:2] in arrays]:
+def _forget(memory, dtypes):
+    """Drop what `memory` knows of arrays of these dtypes: any index may alias, and so may two parameters
+    (one ndarray bound to both, or one's .grad passed as the other), so array identity proves nothing."""
+    for k in [k for k in memory if k[0].dtype in dtypes]:
         del memory[k]
 
 
