@@ -47,7 +47,7 @@ class _Reverser(Emitter):
         self.slots = {}        # primal Alloca -> its clone (one per task: slots are shared by all replays)
         self.adj = {}          # active value or slot -> adjoint Alloca
         self.trips = {}        # loop -> Alloca counting its iterations in the latest replay
-        self.snapshots = {}    # construct -> [(slot, AdStackAlloca)]
+        self.snapshots = {}    # construct -> [(slot, AdStackAlloca of a loop | Alloca of an if)]
         self.flushes = {}      # construct -> {(array, indices): accumulator Alloca} (see _load_scope)
         self.thread_private = _thread_private_arrays(task) if thread_private else set()
 
@@ -150,21 +150,33 @@ class _Reverser(Emitter):
         self.in_block(new.body, body)
 
     def push_snapshot(self, construct, m):
+        """Keep the slots `construct` reads as it starts. A loop keeps one entry per trip on adstacks; an
+        `if` is replayed and reversed before the next execution of its replay keeps another, so one plain
+        slot per value holds its snapshot (no stack, no count, no overflow check)."""
         snap = self.snapshots.get(construct)
         if snap is None:
-            snap = self.snapshots[construct] = [
-                (slot, self.new_top(self.sizer.new_stack(slot, construct), construct.loc))
-                for slot in self.act.slots_read_in(construct)]
-        for slot, stack in snap:
-            self.emit(N.AdStackPush(stack, self.emit(N.LocalLoad(self.slots[slot]))))
+            snap = self.snapshots[construct] = [(slot, self.new_top(self.snapshot_holder(slot, construct),
+                                                                    construct.loc))
+                                                for slot in self.act.slots_read_in(construct)]
+        for slot, holder in snap:
+            value = self.emit(N.LocalLoad(self.slots[slot]))
+            self.emit(N.AdStackPush(holder, value) if isinstance(holder, N.AdStackAlloca) else
+                      N.LocalStore(holder, value))
+
+    def snapshot_holder(self, slot, construct):
+        if isinstance(construct, N.If):
+            return N.Alloca(slot.dtype, f"{slot.name or 'v'}_at_if")
+        return self.sizer.new_stack(slot, construct)
 
     def restore_snapshot(self, construct):
-        for slot, stack in self.snapshots.get(construct, ()):
-            self.emit(N.LocalStore(self.slots[slot], self.emit(N.AdStackLoadTop(stack))))
+        for slot, holder in self.snapshots.get(construct, ()):
+            self.emit(N.LocalStore(self.slots[slot], self.emit(
+                N.AdStackLoadTop(holder) if isinstance(holder, N.AdStackAlloca) else N.LocalLoad(holder))))
 
     def pop_snapshot(self, construct):
-        for _, stack in self.snapshots.get(construct, ()):
-            self.emit(N.AdStackPop(stack))
+        for _, holder in self.snapshots.get(construct, ()):
+            if isinstance(holder, N.AdStackAlloca):
+                self.emit(N.AdStackPop(holder))
 
     # ---- REV: adjoints, backwards ----
     def rev(self, stmts, m):
