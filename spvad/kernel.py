@@ -1,6 +1,7 @@
 """`@sp.kernel` and `@sp.func`: argument checking, specialisation per argument types, compile cache, launch."""
 import functools
 import inspect
+import os
 import weakref
 
 import numpy as np
@@ -8,14 +9,14 @@ import numpy as np
 from . import cache, recording, runtime, tape
 from . import types as T
 from .autodiff.validation import violation_check
-from .errors import ArgumentError, AutodiffRuleError
+from .errors import ArgumentError, AutodiffRuleError, SpvadError
 from .ir.frontend import ArraySpec, VectorArgSpec
 from .ir.printer import format_kernel
 from .ir.source import FunctionSource
 from .lang import Array
 from .launch import BoundReplay, Replay, launch
 from .ndarray import Ndarray
-from .pipeline import DUAL, PRIMAL, REVERSE, Mode, Target, compile_kernel
+from .pipeline import DUAL, OPTIMISE, PRIMAL, REVERSE, Mode, Target, compile_kernel
 from .rhi.metal.translate import METAL_FEATURES, translate
 from .spirv import tools
 
@@ -145,15 +146,16 @@ class Kernel:
         dict overriding the device's (e.g. Metal's, for kernel.msl)."""
         rt = runtime.get()
         mode = Mode(mode) if isinstance(mode, str) else mode   # a kind's name: "primal", "reverse", ...
+        skip = skipped_passes()
         key = (tuple(s if isinstance(s, T.DType) else (s.dtype, s.ndim, s.needs_grad, s.needs_dual)
                      for s in specs), mode, self.ad_stack_size or rt.ad_stack_size,
-               tuple(sorted(features.items())) if features else None, rt.debug, rt.serial)
+               tuple(sorted(features.items())) if features else None, skip, rt.debug, rt.serial)
         ck = self._cache.get(key)
         if ck is None:
             info = rt.device.info
             target = Target(code=rt.code, features=tuple(sorted((features or info["features"]).items())),
                             local_size=info.get("preferred_local_size", 128), bounds_check=rt.debug,
-                            validate=rt.validate_spirv)
+                            validate=rt.validate_spirv, skip=skip)
             disk_key = None
             if rt.code == "spirv":   # the interpreter's kernels are made afresh: it is for small tests
                 disk_key = cache.entry_key(self, key[:-1], (list(target.features), target.local_size, rt.debug))
@@ -339,6 +341,15 @@ class Kernel:
         with runtime.LOCK:
             specs, _, _ = self._bind(args)
             return format_kernel(self._compiled(specs, REVERSE if grad else PRIMAL).ir)
+
+
+def skipped_passes():
+    """Optimiser passes SPVAD_SKIP_PASSES leaves out (comma-separated names of pipeline.OPTIMISE)."""
+    names = tuple(sorted(n for n in os.environ.get("SPVAD_SKIP_PASSES", "").split(",") if n))
+    unknown = [n for n in names if n not in OPTIMISE]
+    if unknown:
+        raise SpvadError(f"SPVAD_SKIP_PASSES: unknown pass {unknown[0]!r}; the passes are {', '.join(OPTIMISE)}")
+    return names
 
 
 def _release_compiled(compiled):

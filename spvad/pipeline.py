@@ -20,6 +20,7 @@ from .ir import nodes as N
 from .ir import simplify, verify
 from .ir.frontend import build_kernel
 from .ir.interp import eval_num_threads
+from .ir.licm import hoist_loop_invariants
 from .rhi.interp.program import lower_for_interp
 from .spirv import tools
 from .spirv.lower import lower_task
@@ -57,6 +58,7 @@ class Target:
     local_size: int = 128
     bounds_check: bool = False   # sp.init(debug=True): every global access checks its indices
     validate: bool = False       # spirv-val every module; verify the IR after every pass
+    skip: tuple = ()             # optimiser passes left out (names of OPTIMISE)
 
 
 @dataclass(eq=False)
@@ -115,21 +117,34 @@ def compile_kernel(fn, specs, mode, target, ad_stack_size=None, name=None):
     """Compile `fn` for argument `specs` (frontend ArraySpec / VectorArgSpec / DType per parameter)."""
     name = name or fn.__name__
     primal, bindings, captured = build_kernel(fn, specs)
-    ir, check_plan = run_passes(primal, mode, ad_stack_size, target.validate)
+    ir, check_plan = run_passes(primal, mode, ad_stack_size, target.validate, target.skip)
     tasks = [compile_task(ir, task, target, name) for task in ir.tasks]
     probes = [(t.task.source, t.task.depth_probe[0]) for t in tasks if t.depth_probe is not None]
     facts = array_facts(primal, ir, mode.derivative, probes)
     return CompiledKernel(ir, bindings, captured, tasks, check_plan, facts)
 
 
-def run_passes(kernel, mode, ad_stack_size=None, verify_each=False):
+# The optimiser: name -> (pass before autodiff, pass after it), each Kernel -> Kernel. The primal runs both
+# phases too. SPVAD_SKIP_PASSES=licm,... leaves passes out (to measure what each buys; part of the cache key).
+OPTIMISE = {
+    "licm": (hoist_loop_invariants, lambda k: hoist_loop_invariants(k, guard_loads=True)),
+}
+
+
+def optimiser(phase, skip=()):
+    return [passes[phase] for name, passes in OPTIMISE.items() if name not in skip] + [simplify.simplify]
+
+
+def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=()):
     """The passes of `mode`, in order; returns (kernel, check plan of a checked build or None)."""
-    steps = [simplify.simplify, eliminate_all_loop_exits]
+    steps = [simplify.simplify, eliminate_all_loop_exits] + optimiser(0, skip)
     plan = []
     if mode.kind == "reverse":
-        steps += [lambda k: reverse_kernel(k, ad_stack_size, not mode.aliased), simplify.simplify]
+        steps += [lambda k: reverse_kernel(k, ad_stack_size, not mode.aliased)] + optimiser(1, skip)
     elif mode.kind == "dual":
-        steps += [dual_kernel, simplify.simplify]
+        steps += [dual_kernel] + optimiser(1, skip)
+    elif mode.kind == "primal":
+        steps += optimiser(1, skip)
     elif mode.kind == "checked":
         steps.append(lambda k: _keep(instrument(k, list(mode.alias) if mode.alias else None), plan))
     if verify_each:

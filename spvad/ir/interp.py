@@ -348,8 +348,11 @@ class _Thread:
         elif isinstance(s, N.LocalStore):
             env[s.slot] = env[s.value]
         elif isinstance(s, N.GlobalLoad):
-            buf, idx = self.idx(s)
-            env[s] = to_scalar(buf[idx], s.dtype)
+            if s.guard is not None and not env[s.guard]:
+                env[s] = to_scalar(0, s.dtype)   # a guarded load that does not run reads nothing
+            else:
+                buf, idx = self.idx(s)
+                env[s] = to_scalar(buf[idx], s.dtype)
         elif isinstance(s, N.GlobalStore):
             buf, idx = self.idx(s)
             buf[idx] = env[s.value]

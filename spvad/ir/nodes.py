@@ -194,10 +194,14 @@ class LocalStore(Stmt):
 # `field` picks the buffer: "primal", "grad" (the array's .grad) or "dual" (its .dual).
 @dataclass(eq=False)
 class GlobalLoad(Stmt):
+    """`guard` (a u1 value, or None): when false the load reads nothing and gives 0. A load moved out of a
+    loop that may not run carries the loop's trip condition (ir/licm.py), so it goes out of bounds only
+    where the loop would have."""
     array: ArrayParam
     indices: tuple
     field: str = "primal"
-    VALUE_FIELDS = ("indices",)
+    guard: Optional[Stmt] = None
+    VALUE_FIELDS = ("indices", "guard")
     READS_MEMORY = ACCESSES_ARRAY = True
 
     @property

@@ -43,7 +43,7 @@ def _head(s):
     if isinstance(s, N.LocalStore):
         return f"local_store {_v(s.slot)} {_v(s.value)}"
     if isinstance(s, N.GlobalLoad):
-        return f"{_v(s)} = load {s.dtype} {_access(s)}"
+        return f"{_v(s)} = load {s.dtype} {_access(s)}" + (f" if {_v(s.guard)}" if s.guard is not None else "")
     if isinstance(s, N.GlobalStore):
         return f"store {_access(s)} {_v(s.value)}"
     if isinstance(s, N.AtomicRMW):

@@ -158,6 +158,8 @@ class _Verifier:
 
     def check_GlobalLoad(self, s):
         self.access(s)
+        if s.guard is not None:
+            self.dtype_is(s.guard, T.u1, "a load's guard", s)
 
     def check_GlobalStore(self, s):
         self.access(s)

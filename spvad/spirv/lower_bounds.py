@@ -77,16 +77,23 @@ class BoundsChecks:
         not ok, which every buffer has) and yields 0 by a select; a store or an atomic runs under `if ok`,
         a skipped atomic's value is 0."""
         site = self.lay.site_index.get(s)
-        if site is None:
-            return access(None)
         L, f = self.L, self.L.f
+        guard = L.value(s.guard) if isinstance(s, N.GlobalLoad) and s.guard is not None else None
+        if site is None:
+            if guard is None:
+                return access(None)
+            return L.emit(Op.OpSelect, s.dtype, guard, access(guard), L.const(s.dtype, 0))
         index = [L.value(i) for i in s.indices]
         shape = [L.push_values[("shape", s.array.index, axis)] for axis in range(s.array.ndim)]
         ok = None
         for i, n in zip(index, shape):   # unsigned: a negative i32 index is a huge u32 one
             inside = L.emit(Op.OpULessThan, T.u1, i, n)
             ok = inside if ok is None else L.emit(Op.OpLogicalAnd, T.u1, ok, inside)
-        self.note(ok, site, index, shape)
+        if guard is not None:   # a guarded load that does not run is no access: nothing to report
+            self.note(L.emit(Op.OpLogicalOr, T.u1, ok, L.emit(Op.OpLogicalNot, T.u1, guard)), site, index, shape)
+            ok = L.emit(Op.OpLogicalAnd, T.u1, ok, guard)
+        else:
+            self.note(ok, site, index, shape)
         if isinstance(s, N.GlobalLoad):
             return L.emit(Op.OpSelect, s.dtype, ok, access(ok), L.const(s.dtype, 0))
         pre, then, merge = L.cur_label, f.new_label(), f.new_label()

@@ -256,3 +256,21 @@ def test_the_interpreter_reports_the_same_access():
     msg = str(info.value)
     assert "out-of-bounds store: y[4] is out of bounds for shape (4,)" in msg, msg
     assert f"{__file__}:{line_of(shift_store, 'y[i + 1] =')}: y[i + 1] = x[i] * 2.0" in msg
+
+
+@sp.kernel
+def read_in_loop(x: sp.Array, w: sp.Array, y: sp.Array, n: sp.i32):
+    for i in range(x.shape[0]):
+        v = x[i]
+        for _ in range(n):
+            v = v + w[i + 2]          # loop-invariant: read once, before the loop, under its trip condition
+        y[i] = v
+
+
+def test_a_load_moved_out_of_a_loop_is_checked_only_when_the_loop_runs(debug):
+    x, w, y = f32([1.0, 2.0, 3.0]), f32([0.5, 0.25, 0.125]), sp.ndarray(sp.f32, (3,))
+    read_in_loop(x, w, y, 0)          # no iteration: nothing read, nothing to report
+    np.testing.assert_array_equal(y.to_numpy(), [1.0, 2.0, 3.0])
+    msg = raised(lambda: read_in_loop(x, w, y, 2))
+    assert_names(msg, read_in_loop, "load", "w[3]", (3,), "v = v + w[i + 2]")
+    np.testing.assert_array_equal(y.to_numpy(), [1.25, 2.0, 3.0])   # thread 0 in bounds, the others read 0
