@@ -21,6 +21,7 @@ from .ir import simplify, verify
 from .ir.frontend import build_kernel
 from .ir.interp import eval_num_threads
 from .ir.licm import hoist_loop_invariants
+from .ir.locals import forward_locals
 from .rhi.interp.program import lower_for_interp
 from .spirv import tools
 from .spirv.lower import lower_task
@@ -127,6 +128,7 @@ def compile_kernel(fn, specs, mode, target, ad_stack_size=None, name=None):
 # The optimiser: name -> (pass before autodiff, pass after it), each Kernel -> Kernel. The primal runs both
 # phases too. SPVAD_SKIP_PASSES=licm,... leaves passes out (to measure what each buys; part of the cache key).
 OPTIMISE = {
+    "locals": (forward_locals, forward_locals),
     "licm": (hoist_loop_invariants, lambda k: hoist_loop_invariants(k, guard_loads=True)),
 }
 

@@ -1,0 +1,117 @@
+"""Local slots: store-to-load forwarding and dead stores.
+
+A load of a slot takes the value last stored into it when that store dominates the load and nothing can
+have stored into the slot in between: earlier in the same block, or in an enclosing block when the
+constructs in between (and, inside a loop, the loop's own body) do not store into it. A store is dead when
+no load can read it before the slot is stored again (backward liveness, loops to a fixed point). Slots are Function memory the
+driver may or may not promote to registers; reverse mode's adjoint slots (load, add, store, reset)
+become plain values this way.
+
+A loop's exit flag is read at the top of every iteration: stores into it are never dead.
+"""
+from . import nodes as N
+from .interp import to_scalar
+
+
+def forward_locals(kernel):
+    """Forward stored values to loads and drop dead stores in every task, in place; returns the kernel."""
+    for task in kernel.tasks:
+        _forward(task.body, {}, {})
+        flags = {s.exit_flag for s in N.walk(task.body) if isinstance(s, (N.RangeFor, N.While))}
+        _drop_dead_stores(task.body, set(), flags, True)
+        _load_zero_slots(task.body, _zero_slots(task.body), {})
+    return kernel
+
+
+def _zero_slots(body):
+    """Slots that hold +0 (or False) all the time: every store into them stores it, as the Alloca does.
+    Reverse mode's adjoint slots often end so, once the stores of their sums are forwarded and dead."""
+    slots = {s for s in N.walk(body) if isinstance(s, N.Alloca)}
+    for s in N.walk(body):
+        if isinstance(s, N.LocalStore) and not _is_zero(s.value):
+            slots.discard(s.slot)
+    return slots
+
+
+def _is_zero(v):
+    return isinstance(v, N.Const) and repr(to_scalar(v.value, v.dtype).item()) in ("0", "0.0", "False")
+
+
+def _load_zero_slots(block, slots, repl):
+    """Replace each load of a slot in `slots` by a Const zero of its dtype, in place."""
+    for k, s in enumerate(block.stmts):
+        s.replace_operands(repl)
+        if isinstance(s, N.LocalLoad) and s.slot in slots:
+            zero = block.stmts[k] = repl[s] = N.Const(to_scalar(0, s.dtype).item(), s.dtype)
+            zero.loc = s.loc
+        for b in s.blocks():
+            _load_zero_slots(b, slots, repl)
+
+
+def _forward(block, known, repl):
+    """Rewrite `block`: `known` maps a slot to the value it holds here, `repl` a removed load to its value."""
+    out = []
+    for s in block.stmts:
+        s.replace_operands(repl)
+        if isinstance(s, N.LocalLoad) and s.slot in known:
+            repl[s] = known[s.slot]
+            continue
+        if isinstance(s, N.LocalStore):
+            known[s.slot] = s.value
+        elif isinstance(s, N.Alloca):
+            known.pop(s, None)   # zeroes the slot where it runs
+        elif s.blocks():
+            stored = _stored_in(s)
+            inner = {k: v for k, v in known.items() if k not in stored} if isinstance(
+                s, (N.RangeFor, N.While)) else known   # a loop body also runs after its own stores
+            for b in s.blocks():
+                _forward(b, dict(inner), repl)
+            for slot in stored:
+                known.pop(slot, None)
+        out.append(s)
+    block.stmts[:] = out
+
+
+def _stored_in(construct):
+    inside = [t for b in construct.blocks() for t in N.walk(b)]
+    return {t.slot for t in inside if isinstance(t, N.LocalStore)} | {t for t in inside if isinstance(t, N.Alloca)}
+
+
+def _drop_dead_stores(block, live, flags, mutate):
+    """Backward liveness of slots over `block`: drop (when `mutate`) each store whose value no load can read
+    before the slot is stored again; returns the slots live before `block`. `live`: those live after it."""
+    live = set(live)
+    keep = []
+    for s in reversed(block.stmts):
+        if isinstance(s, N.LocalStore):
+            if s.slot not in live and s.slot not in flags:
+                continue
+            live.discard(s.slot)
+        elif isinstance(s, N.LocalLoad):
+            live.add(s.slot)
+        elif isinstance(s, N.Alloca):
+            live.discard(s)
+        elif isinstance(s, N.If):
+            live = (_drop_dead_stores(s.then_body, live, flags, mutate)
+                    | _drop_dead_stores(s.else_body, live, flags, mutate))
+        elif isinstance(s, (N.RangeFor, N.While)):
+            live = _loop_liveness(s, live, flags, mutate)
+        keep.append(s)
+    if mutate:
+        block.stmts[:] = keep[::-1]
+    return live
+
+
+def _loop_liveness(loop, live_after, flags, mutate):
+    """A body's stores may be read by its next iteration: live at its end is what is live after the loop
+    and at the body's top, to a fixed point. Before the loop: the same (it may run no iteration)."""
+    live = set(live_after) | ({loop.exit_flag} if loop.exit_flag is not None else set())
+    while True:
+        top = _drop_dead_stores(loop.body, live, flags, False)
+        grown = live | top
+        if grown == live:
+            break
+        live = grown
+    if mutate:
+        _drop_dead_stores(loop.body, live, flags, True)
+    return live
