@@ -1,9 +1,10 @@
-"""spvad against its peers, Taichi 1.7.4 and Quadrants, on the same Vulkan device in one process: five
-workloads (benchmarks/workloads/), each system's values and gradients checked against float64 numpy
-references (a wrong one is reported as WRONG, not as a time), then a table of median times and ratios
-(spvad / peer) and a JSON file in benchmarks/results/.
+"""spvad against its peers, Taichi 1.7.4 and Quadrants, and against the limit (hand-written GLSL run through
+spvad's own RHI, benchmarks/limit/), on the same Vulkan device in one process: five workloads
+(benchmarks/workloads/), each system's values and gradients checked against float64 numpy references (a wrong
+one is reported as WRONG, not as a time), then a table of median times and ratios (spvad / other), headed by
+the device and the CPU model, and a JSON file in benchmarks/results/.
 
-Usage: python benchmarks/peers.py [--quick] [--only NAME[,NAME]] [--systems spvad,taichi,quadrants,numpy]
+Usage: python benchmarks/peers.py [--quick] [--only NAME[,NAME]] [--systems spvad,limit,taichi,quadrants,numpy]
                                   [--repeat R] [--json PATH] [--no-install]
 The peers are pip-installed into this interpreter's environment when missing (so the test suite never needs
 them); a peer that cannot be installed, imported or started on Vulkan is reported as UNAVAILABLE.
@@ -23,7 +24,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")   # lavapipe warns without one
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 warnings.filterwarnings("ignore", message=".*Template mapper caching disabled")   # Quadrants, untimed fills
-from workloads import common, compile_latency, elementwise, integrator, launch, mass_spring  # noqa: E402
+from workloads import common, compile_latency, elementwise, integrator, launch, limit, mass_spring  # noqa: E402
 
 WORKLOADS = (integrator, elementwise, mass_spring, launch, compile_latency)
 ALL_SYSTEMS = common.SYSTEMS + ("numpy",)
@@ -83,6 +84,31 @@ def probe_child(system):
         sys.exit(1)
 
 
+def cpu_model():
+    """The CPU's model name (lscpu's "Model name", else /proc/cpuinfo), family and model numbers (a VM may show
+    only "AMD EPYC") and logical CPU count: on lavapipe the CPU is the device, and llvmpipe's code runs at very
+    different speeds on different cores."""
+    fields = {}
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, env={**os.environ, "LC_ALL": "C"})
+        lines = out.stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        lines = []
+    if not any(ln.startswith("Model name") for ln in lines):
+        try:
+            with open("/proc/cpuinfo") as f:
+                lines = f.read().split("\n\n")[0].splitlines()       # the first processor's block
+        except OSError:
+            pass
+    for ln in lines:
+        key, _, value = ln.partition(":")
+        fields.setdefault(key.strip().lower(), value.strip())
+    name = fields.get("model name") or platform.processor() or "unknown CPU"
+    family = fields.get("cpu family")
+    numbers = f"family {family} model {fields.get('model')}, " if family else ""
+    return f"{name} ({numbers}{os.cpu_count()} logical CPUs)"
+
+
 # ---- running ---------------------------------------------------------------------------------------------
 def run_workload(wl, systems, unavailable, args, rows):
     """Prepare every available system (arrays, kernels), then time each operation with all of them alive, so
@@ -111,6 +137,8 @@ def run_workload(wl, systems, unavailable, args, rows):
             rows += common.bench(wl.NAME, op, ops, args.repeat)
     finally:
         prepared.clear()
+        if "limit" in systems:
+            limit.release()
         for system in systems:
             if system in PEERS and system not in unavailable:
                 common.release_peer(system)
@@ -193,7 +221,7 @@ def metadata(args, systems, unavailable):
     info = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "quick": args.quick,
             "repeat": args.repeat, "warmup": 1, "python": platform.python_version(), "machine": platform.node(),
             "versions": {d: installed_version(d) for d in ("spvad", "taichi", "quadrants", "numpy")},
-            "systems": list(systems), "unavailable": unavailable}
+            "systems": list(systems), "unavailable": unavailable, "cpu": cpu_model()}
     try:
         import spvad as sp
         common.init_spvad()
@@ -228,6 +256,9 @@ def main():
     bad = [s for s in systems if s not in ALL_SYSTEMS]
     if bad:
         ap.error(f"unknown system(s) {bad}; choose from {','.join(ALL_SYSTEMS)}")
+    # Always in ALL_SYSTEMS' order: spvad is prepared before the limit, which borrows spvad's runtime (preparing
+    # spvad re-initialises it), and the table puts the limit beside spvad.
+    systems = [s for s in ALL_SYSTEMS if s in systems]
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in names if n not in {w.NAME for w in WORKLOADS}]
     if unknown:
@@ -241,6 +272,9 @@ def main():
             unavailable[system] = why or probe(system)
         elif system == "spvad":
             unavailable[system] = probe(system)
+        elif system == "limit":   # hand-written shaders on spvad's device: the shader tools and spvad must work
+            unavailable[system] = limit.missing_tools() or (
+                unavailable["spvad"] if "spvad" in unavailable else probe("spvad"))
     unavailable = {s: why for s, why in unavailable.items() if why}
     for s, why in unavailable.items():
         print(f"{s}: UNAVAILABLE: {why}", file=sys.stderr, flush=True)
@@ -256,9 +290,10 @@ def main():
         with open(path, "w") as f:          # written after every workload: a crash keeps what was measured
             json.dump({"meta": meta, "workloads": titles, "results": rows}, f, indent=1)
     dev = meta["device"].get("name", meta["device"].get("error"))
-    print(f"device: {dev} (Vulkan); versions: " +
+    print(f"device: {dev} (Vulkan); CPU: {meta['cpu']}; versions: " +
           ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v) +
-          f"; median of {args.repeat} after 1 warm-up; ratio = spvad time / peer time (< 1: spvad faster)")
+          f"; median of {args.repeat} after 1 warm-up; ratio = spvad time / other time (< 1: spvad faster; "
+          "spvad/limit: how far spvad is from hand-written GLSL on the same RHI, 1 = as fast)")
     print(table(rows, systems, titles))
     print(f"\nresults: {os.path.relpath(path)}; total {meta['total_s']} s")
 

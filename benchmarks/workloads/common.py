@@ -10,7 +10,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-SYSTEMS = ("spvad", "taichi", "quadrants")
+SYSTEMS = ("spvad", "limit", "taichi", "quadrants")   # limit: hand-written GLSL (workloads/limit.py)
 PEER_MODULES = {"taichi": "taichi", "quadrants": "quadrants"}
 
 

@@ -17,7 +17,7 @@ from .common import Unavailable, describe, peer_adstack_config, row
 
 NAME = "compile"
 OPS = ("import+init", "cold forward", "cold gradient", "warm forward", "warm gradient")
-SYSTEMS = ("spvad", "taichi", "quadrants")
+SYSTEMS = ("spvad", "limit", "taichi", "quadrants")
 THREADS, STEPS = 1024, 64
 
 
@@ -110,6 +110,9 @@ def _spawn(script, system, cache, cache_dir):
 
 def run(system, cfg, script):
     """Runs in the parent: spawns the children for `system`; returns its rows (medians over processes)."""
+    if system == "limit":
+        return [row(NAME, op, system, "n/a", detail="no hand-written equivalent (compiling Python kernels is "
+                    "what spvad, Taichi and Quadrants do; a hand-written shader has no such step)") for op in OPS]
     try:
         with tempfile.TemporaryDirectory(prefix="peers-cache-") as cold_dir:
             cold = [_spawn(script, system, "off", cold_dir) for _ in range(cfg["runs"])]

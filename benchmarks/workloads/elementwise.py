@@ -4,11 +4,12 @@ float32 forward as a CPU baseline. Taichi/Quadrants run with default_gpu_block_d
 import numpy as np
 
 import spvad as sp
+from . import limit
 from .common import Op, close_to, init_peer, init_spvad
 
 NAME = "elementwise"
 OPS = ("forward", "gradient")
-SYSTEMS = ("spvad", "taichi", "quadrants", "numpy")
+SYSTEMS = ("spvad", "limit", "taichi", "quadrants", "numpy")
 
 
 def config(quick):
@@ -52,6 +53,26 @@ def prepare_spvad(cfg, ref):
     return [Op("forward", lambda: tanh_affine(x, y), sp.sync, check=lambda: _check_forward(y.to_numpy(), ref)),
             Op("gradient", lambda: tanh_affine.grad(x, y), sp.sync, setup=seed,
                check=lambda: _check_gradient(x.grad.to_numpy(), ref))]
+
+
+# ---- the limit: hand-written GLSL (benchmarks/limit/elementwise_*.comp) through spvad's RHI ---------------
+def prepare_limit(cfg, ref):
+    dev = limit.device()
+    n = cfg["n"]
+    assert n % 4 == 0, "the hand-written kernels take four elements per thread"
+    x = limit.upload(dev, ref["x"])
+    y, gy, gx = (limit.buffer(dev, 4 * n) for _ in range(3))
+    forward = limit.Shader(dev, "elementwise_forward", 2, "I")
+    gradient = limit.Shader(dev, "elementwise_gradient", 3, "I")
+
+    def seed():
+        gx.view(np.float32)[:n] = 0.0
+        gy.view(np.float32)[:n] = 1.0
+
+    return [Op("forward", forward.launcher([x, y], n // 4, n // 4), dev.sync,
+               check=lambda: _check_forward(limit.read(y, np.float32, n), ref)),
+            Op("gradient", gradient.launcher([x, gy, gx], n // 4, n // 4), dev.sync, setup=seed,
+               check=lambda: _check_gradient(limit.read(gx, np.float32, n), ref))]
 
 
 # ---- Taichi and Quadrants ------------------------------------------------------------------------------

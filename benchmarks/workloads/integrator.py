@@ -4,11 +4,12 @@ are given a fixed `ad_stack_size` (Quadrants: the smallest that does not overflo
 import numpy as np
 
 import spvad as sp
+from . import limit
 from .common import Op, all_close, close_to, init_peer, init_spvad, peer_adstack_config
 
 NAME = "integrator"
 OPS = ("forward", "gradient")
-SYSTEMS = ("spvad", "taichi", "quadrants")
+SYSTEMS = ("spvad", "limit", "taichi", "quadrants")
 
 
 def config(quick):
@@ -70,6 +71,26 @@ def prepare_spvad(cfg, ref):
                check=lambda: _check_forward(y.to_numpy(), ref)),
             Op("gradient", lambda: integrate.grad(x, w, y, steps), sp.sync, setup=seed,
                check=lambda: _check_gradient(x.grad.to_numpy(), w.grad.to_numpy(), ref))]
+
+
+# ---- the limit: hand-written GLSL (benchmarks/limit/integrator_*.comp) through spvad's RHI ----------------
+def prepare_limit(cfg, ref):
+    dev = limit.device()
+    n, steps = cfg["threads"], cfg["steps"]
+    x, w = limit.upload(dev, ref["x"]), limit.upload(dev, ref["w"])
+    y, gy, gx, gw = (limit.buffer(dev, 4 * n) for _ in range(4))
+    forward = limit.Shader(dev, "integrator_forward", 3, "Ii")
+    gradient = limit.Shader(dev, "integrator_gradient", 5, "Ii", spec={1: steps})   # stack capacity = steps
+
+    def seed():
+        gx.view(np.float32)[:n] = 0.0
+        gw.view(np.float32)[:n] = 0.0
+        gy.view(np.float32)[:n] = 1.0
+
+    return [Op("forward", forward.launcher([x, w, y], n, n, steps), dev.sync,
+               check=lambda: _check_forward(limit.read(y, np.float32, n), ref)),
+            Op("gradient", gradient.launcher([x, w, gy, gx, gw], n, n, steps), dev.sync, setup=seed,
+               check=lambda: _check_gradient(limit.read(gx, np.float32, n), limit.read(gw, np.float32, n), ref))]
 
 
 # ---- Taichi and Quadrants (same language; Quadrants is a fork of Taichi) --------------------------------

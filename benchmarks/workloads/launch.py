@@ -4,11 +4,12 @@ Taichi/Quadrants `ndarray`), and bound as a global (a captured spvad ndarray, a 
 import numpy as np
 
 import spvad as sp
+from . import limit
 from .common import Op, close_to, init_peer, init_spvad
 
 NAME = "launch"
 OPS = ("array argument", "global array")
-SYSTEMS = ("spvad", "taichi", "quadrants")
+SYSTEMS = ("spvad", "limit", "taichi", "quadrants")
 SIZE = 64
 
 
@@ -62,6 +63,18 @@ def prepare_spvad(cfg, ref):
     bump_global = _bump_global_kernel(g)
     return [_op("array argument", lambda: bump(a), sp.sync, a.to_numpy, cfg),
             _op("global array", bump_global, sp.sync, g.to_numpy, cfg)]
+
+
+# ---- the limit: one hand-written kernel (benchmarks/limit/launch_bump.comp) launched through spvad's RHI;
+# a hand-written shader has no argument/global distinction, so both operations run it, each on its own buffer.
+def prepare_limit(cfg, ref):
+    dev = limit.device()
+    bump_limit = limit.Shader(dev, "launch_bump", 1, local_size=SIZE)
+    a, g = (limit.upload(dev, np.zeros(SIZE, np.float32)) for _ in range(2))
+    return [_op("array argument", bump_limit.launcher([a], SIZE), dev.sync,
+                lambda: limit.read(a, np.float32, SIZE), cfg),
+            _op("global array", bump_limit.launcher([g], SIZE), dev.sync,
+                lambda: limit.read(g, np.float32, SIZE), cfg)]
 
 
 # ---- Taichi and Quadrants ------------------------------------------------------------------------------

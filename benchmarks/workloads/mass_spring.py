@@ -7,11 +7,12 @@ numpy, its gradients w.r.t. a few spring stiffnesses and initial coordinates by 
 import numpy as np
 
 import spvad as sp
-from .common import Op, all_close, close_to, init_peer, init_spvad
+from . import limit
+from .common import Op, Unavailable, all_close, close_to, init_peer, init_spvad
 
 NAME = "mass_spring"
 OPS = ("forward", "tape fwd+bwd")
-SYSTEMS = ("spvad", "taichi", "quadrants")
+SYSTEMS = ("spvad", "limit", "taichi", "quadrants")
 DT, DAMPING, GRAVITY, SPACING = 0.004, 0.998, -9.8, 0.1   # stiffness k in [1000, 2000)
 
 
@@ -161,6 +162,53 @@ def prepare_spvad(cfg, ref):
     return [Op("forward", simulate_kernels, sp.sync, setup=reset, check=lambda: _check_forward(loss[None], ref)),
             Op("tape fwd+bwd", tape, sp.sync, setup=reset,
                check=lambda: _check_gradient(k.grad.to_numpy(), x.grad.to_numpy()[0], ref))]
+
+
+# ---- the limit: hand-written GLSL (benchmarks/limit/mass_spring_*.comp) through spvad's RHI. The same two
+# kernels per step and the loss; the reverse is hand-derived (see the shaders) and runs the steps backwards.
+# Only the positions of every step are kept (the reverse of the force kernel needs them); v, f and their
+# gradients are single (n, 2) arrays updated in place, so the reverse needs no zeroing but k.grad's. -----------
+def prepare_limit(cfg, ref):
+    dev = limit.device()
+    if not dev.info["features"].get("atomic_float32_add"):
+        raise Unavailable("the hand-written kernels need 32-bit float atomic add (VK_EXT_shader_atomic_float)")
+    steps, n, ns = cfg["steps"], cfg["grid"] ** 2, len(ref["a"])
+    xs0 = np.zeros((steps + 1, n, 2), np.float32)
+    xs0[0] = ref["p0"]
+    xs = limit.upload(dev, xs0)
+    a, b, k, rest, free, target = (limit.upload(dev, ref[key]) for key in ("a", "b", "k", "rest", "free", "target"))
+    v, f, gx, gv, gf = (limit.buffer(dev, 8 * n) for _ in range(5))
+    loss, gk = limit.buffer(dev, 4), limit.buffer(dev, 4 * ns)
+
+    def shader(name, num_buffers, push_format):   # a few hundred threads: 64-wide groups, as spvad's small launches
+        return limit.Shader(dev, f"mass_spring_{name}", num_buffers, push_format, local_size=64,
+                            defines={"DT": DT, "DAMPING": DAMPING, "GRAVITY": GRAVITY})
+
+    forces, advance, final_loss = shader("forces", 6, "III"), shader("advance", 4, "II"), shader("loss", 3, "II")
+    loss_grad, advance_grad = shader("loss_grad", 5, "III"), shader("advance_grad", 4, "I")
+    forces_grad = shader("forces_grad", 8, "III")
+    forward_launches = [launch for t in range(steps) for launch in (
+        forces.launcher([xs, f, a, b, k, rest], ns, ns, n, t), advance.launcher([xs, v, f, free], n, n, t))]
+    forward_launches.append(final_loss.launcher([xs, target, loss], n, n, steps))
+    reverse_launches = [loss_grad.launcher([xs, target, gx, gv, gk], max(n, ns), n, ns, steps)]
+    reverse_launches += [launch for t in reversed(range(steps)) for launch in (
+        advance_grad.launcher([gx, gv, gf, free], n, n),
+        forces_grad.launcher([xs, gf, gx, gk, a, b, k, rest], ns, ns, n, t))]
+    tape_launches = forward_launches + reverse_launches
+
+    def reset():              # v starts at rest, f and the loss (a sum) at zero
+        for buf in (v, f, loss):
+            buf.view(np.float32)[:] = 0.0
+
+    def run(launches):
+        for launch in launches:
+            launch()
+
+    return [Op("forward", lambda: run(forward_launches), dev.sync, setup=reset,
+               check=lambda: _check_forward(limit.read(loss, np.float32, 1)[0], ref)),
+            Op("tape fwd+bwd", lambda: run(tape_launches), dev.sync, setup=reset,
+               check=lambda: _check_gradient(limit.read(gk, np.float32, ns),
+                                             limit.read(gx, np.float32, 2 * n).reshape(n, 2), ref))]
 
 
 # ---- Taichi and Quadrants: the DiffTaichi-style formulation with 2-vector fields over (T+1, n) ---------------
