@@ -14,6 +14,7 @@ from .autodiff.dual import dual_task
 from .autodiff.extremum_ties import TieScratch
 from .autodiff.loop_exits import eliminate_loop_exits
 from .autodiff.reverse import reverse_task
+from .autodiff.store_or_recompute import store_or_recompute
 from .autodiff.validation import instrument
 from .errors import SpvadError
 from .ir import nodes as N
@@ -130,11 +131,13 @@ def compile_kernel(fn, specs, mode, target, ad_stack_size=None, name=None):
 OPTIMISE = {
     "locals": (forward_locals, forward_locals),
     "licm": (hoist_loop_invariants, lambda k: hoist_loop_invariants(k, guard_loads=True)),
+    "store": (None, None),   # gradient kernels only: store or recompute (autodiff/store_or_recompute.py)
 }
 
 
 def optimiser(phase, skip=()):
-    return [passes[phase] for name, passes in OPTIMISE.items() if name not in skip] + [simplify.simplify]
+    return [passes[phase] for name, passes in OPTIMISE.items() if name not in skip and passes[phase]] + [
+        simplify.simplify]
 
 
 def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=()):
@@ -143,6 +146,8 @@ def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=()):
     plan = []
     if mode.kind == "reverse":
         steps += [lambda k: reverse_kernel(k, ad_stack_size, not mode.aliased)] + optimiser(1, skip)
+        if "store" not in skip:
+            steps += [store_or_recompute, simplify.simplify]
     elif mode.kind == "dual":
         steps += [dual_kernel] + optimiser(1, skip)
     elif mode.kind == "primal":

@@ -56,7 +56,9 @@ def _forward(block, known, repl):
         if isinstance(s, N.LocalLoad) and s.slot in known:
             repl[s] = known[s.slot]
             continue
-        if isinstance(s, N.LocalStore):
+        if isinstance(s, N.LocalLoad):
+            known[s.slot] = s   # a second load before the next store reads the same
+        elif isinstance(s, N.LocalStore):
             known[s.slot] = s.value
         elif isinstance(s, N.Alloca):
             known.pop(s, None)   # zeroes the slot where it runs

@@ -96,8 +96,10 @@ def test_launch_time_capacities_from_scalars_and_shapes(rng):
         ct = compiled(launch_bounds, *dev).tasks[0]
         assert all(s.capacity_spec_id is not None for s in ct.lowered.adstacks)
         caps = sorted(task_on_device(runtime.get(), ct).capacity(s) for s in ct.lowered.adstacks)
-        # loop a: n trips; loop b: at most shape(w) trips; launch-time sizes round up to powers of two
-        assert caps == sorted([1 << (n - 1).bit_length(), 1 << (m - 1).bit_length()]), caps
+        # loop a: n trips; loop b: at most shape(w) trips; launch-time sizes round up to powers of two (loop b
+        # keeps the values its reverse needs instead of v, which costs less than recomputing cos and sin:
+        # autodiff/store_or_recompute.py)
+        assert set(caps) == {1 << (n - 1).bit_length(), 1 << (m - 1).bit_length()}, caps
 
 
 # ---- data-dependent depths: measured on the device (or a fixed ad_stack_size) -----------------------------
@@ -331,4 +333,5 @@ def counter_steers_ref(x, y, n):
 def test_int_counter_steering_active_code_is_pushed(rng):
     args = [rand(rng, N_THREADS), np.zeros(N_THREADS, np.float32), 9]
     dev = check_grad(counter_steers, counter_steers_ref, args, [1], [0], rng)
-    assert any(s.dtype == sp.i32 for s in stacks_of(counter_steers, *dev))
+    # the counter, or what the reverse loop computes of it (store_or_recompute may keep that instead)
+    assert any(not s.dtype.is_float for s in stacks_of(counter_steers, *dev))
