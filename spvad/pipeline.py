@@ -142,17 +142,19 @@ def optimiser(phase, skip=()):
 
 def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=()):
     """The passes of `mode`, in order; returns (kernel, check plan of a checked build or None)."""
-    steps = [simplify.simplify, eliminate_all_loop_exits] + optimiser(0, skip)
+    steps = [simplify.simplify, eliminate_all_loop_exits]
     plan = []
     if mode.kind == "reverse":
-        steps += [lambda k: reverse_kernel(k, ad_stack_size, not mode.aliased)] + optimiser(1, skip)
-        if "store" not in skip:
-            steps += [store_or_recompute, simplify.simplify]
+        steps += optimiser(0, skip) + [lambda k: reverse_kernel(k, ad_stack_size, not mode.aliased)]
+        steps += optimiser(1, skip)
+        if "store" not in skip:   # leaves nothing for simplify: it drops what it replaces, reuses what exists
+            steps.append(store_or_recompute)
     elif mode.kind == "dual":
-        steps += [dual_kernel] + optimiser(1, skip)
-    elif mode.kind == "primal":
+        steps += optimiser(0, skip) + [dual_kernel] + optimiser(1, skip)
+    elif mode.kind == "primal":   # no derivative follows: the passes' last form at once
         steps += optimiser(1, skip)
     elif mode.kind == "checked":
+        steps += optimiser(0, skip)
         steps.append(lambda k: _keep(instrument(k, list(mode.alias) if mode.alias else None), plan))
     if verify_each:
         verify.verify(kernel)
