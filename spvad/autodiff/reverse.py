@@ -295,16 +295,17 @@ class _Reverser(Emitter):
 
 
 def _thread_private_arrays(task):
-    """Arrays whose every access in a parallel task uses one index tuple that is injective in the thread
-    index (e.g. `x[i]` with `i` the parallel loop index): their gradients need no atomics."""
+    """Arrays of a parallel task that no two threads share: on one axis every access uses the same index value,
+    injective in the thread index (`x[t, i, 0]` and `x[t + 1, i, 1]` with `i` the parallel loop index), so each
+    thread has a slice of its own and the gradient updates need no atomics."""
     if task.kind != "parallel":
         return set()
     seen = {}
     for s in N.walk(task.body):
         if type(s).ACCESSES_ARRAY:
-            seen.setdefault(s.array, set()).add(s.indices)
-    return {a for a, forms in seen.items()
-            if len(forms) == 1 and any(_injective_in_thread(i) for i in next(iter(forms)))}
+            seen.setdefault(s.array, []).append(s.indices)
+    return {a for a, forms in seen.items() if any(
+        all(f[k] is forms[0][k] for f in forms) and _injective_in_thread(forms[0][k]) for k in range(len(forms[0])))}
 
 
 def _injective_in_thread(v):

@@ -106,3 +106,29 @@ def test_tape_over_a_time_loop_with_changing_scalars(rng):
     eps = 1e-6
     fd = np.array([(f(x0 + eps * e) - f(x0 - eps * e)) / (2 * eps) for e in np.eye(n)])
     np.testing.assert_allclose(x.grad.to_numpy()[0], fd, rtol=2e-4)
+
+
+@sp.kernel
+def time_slices(x: sp.Array, w: sp.Array, t: sp.i32):
+    for i in range(x.shape[1]):
+        x[t + 1, i] = x[t, i] * w[i] + sp.sin(x[t, i])
+
+
+def test_a_slice_per_thread_needs_no_atomics(rng):
+    """x[t, i] and x[t + 1, i]: other steps, the same thread's column (mass-spring's layout)."""
+    steps, n, t = 3, 16, 1
+    x0 = rng.uniform(-1, 1, (steps + 1, n)).astype(np.float32)
+    w0 = rng.uniform(0.5, 1.5, n).astype(np.float32)
+    x, w = sp.from_numpy(x0, needs_grad=True), sp.from_numpy(w0, needs_grad=True)
+    ops = grad_ops(time_slices, x, w, t)
+    assert "OpAtomicFAddEXT" not in ops and "OpAtomicCompareExchange" not in ops
+    time_slices(x, w, t)
+    seed = rng.uniform(0.5, 1.5, (steps + 1, n)).astype(np.float32)
+    x.grad.from_numpy(seed)
+    time_slices.grad(x, w, t)
+    xt = x0[t].astype(np.float64)
+    want_x = seed.astype(np.float64)
+    want_x[t] += seed[t + 1] * (w0 + np.cos(xt))   # row t+1's seed flows to row t
+    want_x[t + 1] = 0.0                            # overwritten: its seed is consumed
+    np.testing.assert_allclose(x.grad.to_numpy(), want_x, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(w.grad.to_numpy(), seed[t + 1] * xt, rtol=1e-5, atol=1e-6)
