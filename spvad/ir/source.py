@@ -7,6 +7,19 @@ from ..errors import CompileError
 from .nodes import Loc
 
 _MISSING = object()
+_parsed = {}   # code object -> (AST, file name, first line, lines)
+
+
+def _parse(fn):
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError) as e:
+        raise CompileError(f"cannot read the source of {getattr(fn, '__name__', fn)!r}: {e}") from None
+    module = ast.parse(textwrap.dedent("".join(lines)))
+    tree = next((n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if not isinstance(tree, ast.FunctionDef):
+        raise CompileError(f"{fn.__name__} is not a plain function definition")
+    return tree, inspect.getsourcefile(fn) or "<unknown>", first, lines
 
 
 class FunctionSource:
@@ -25,16 +38,16 @@ class FunctionSource:
 
     @classmethod
     def of(cls, fn):
-        try:
-            lines, first = inspect.getsourcelines(fn)
-        except (OSError, TypeError) as e:
-            raise CompileError(f"cannot read the source of {getattr(fn, '__name__', fn)!r}: {e}") from None
-        text = textwrap.dedent("".join(lines))
-        module = ast.parse(text)
-        tree = next((n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
-        if not isinstance(tree, ast.FunctionDef):
-            raise CompileError(f"{fn.__name__} is not a plain function definition")
-        return cls(fn, tree, inspect.getsourcefile(fn) or "<unknown>", first, lines)
+        """The source of `fn` now: its closure and globals as they are, its text and AST parsed once per code
+        object (a kernel's gradient compiles it again; the frontend never changes an AST)."""
+        parsed = _parsed.get(getattr(fn, "__code__", None))
+        if parsed is None:
+            parsed = _parse(fn)
+            if len(_parsed) > 512:
+                _parsed.clear()
+            _parsed[fn.__code__] = parsed
+        tree, filename, first, lines = parsed
+        return cls(fn, tree, filename, first, lines)
 
     def loc(self, node):
         lineno = getattr(node, "lineno", 1)
