@@ -132,6 +132,7 @@ OPTIMISE = {
     "locals": (forward_locals, forward_locals),
     "licm": (hoist_loop_invariants, lambda k: hoist_loop_invariants(k, guard_loads=True)),
     "store": (None, None),   # gradient kernels only: store or recompute (autodiff/store_or_recompute.py)
+    "coarsen": (None, None),   # lowering: four elements per thread for elementwise tasks (spirv/lower_coarse.py)
 }
 
 
@@ -220,7 +221,7 @@ class Lowering:
         if t.code == "ir":
             return lower_for_interp(self.kernel, self.task, local_size=local, homes=homes)
         low = lower_task(self.kernel, self.task, local_size=local, features=dict(t.features), homes=homes,
-                         bounds_check=t.bounds_check)
+                         bounds_check=t.bounds_check, coarsen="coarsen" not in t.skip)
         if t.validate:
             tools.validate(low.spirv, kernel_name=f"{self.kernel_name} ({self.task.name})")
         return low

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .. import types as T
 from ..errors import SpvadError
+from . import lower_coarse
 from .lower_adstack import AdStacks
 from .lower_memory import Memory, plan_layout
 from .lower_ops import LOWER
@@ -41,6 +42,7 @@ class LoweredTask:
     bounds_word: int = None     # debug builds: first word of the bounds-violation record (lower_bounds.py)
     bounds_sites: tuple = ()    # lower_bounds.site_of of each checked access, by site number
     bounds_axes: int = 0        # index (and shape) words of the record
+    per_thread: int = 1         # elements each thread handles (4: an elementwise task, lower_coarse.py)
 
     @property
     def num_buffers(self):
@@ -52,29 +54,30 @@ class LoweredTask:
         return self.spirv
 
 
-def lower_task(kernel, task, *, local_size=128, features=None, homes=None, bounds_check=False):
+def lower_task(kernel, task, *, local_size=128, features=None, homes=None, bounds_check=False, coarsen=False):
     """Lower `task` of `kernel` to SPIR-V; raise LoweringError when the device cannot run it. `homes`:
     "function" or "buffer" per adstack (nodes.adstacks_of order); None puts every stack in Function scope.
     `bounds_check` (debug builds): every global access checks its indices (lower_bounds.py)."""
     features = dict(DEFAULT_FEATURES if features is None else features)
     local_size = local_size if task.kind == "parallel" else 1
-    return _Lowerer(kernel, task, local_size, features, homes, bounds_check).run()
+    return _Lowerer(kernel, task, local_size, features, homes, bounds_check, coarsen).run()
 
 
 class _Lowerer:
-    def __init__(self, kernel, task, local_size, features, homes=None, bounds_check=False):
+    def __init__(self, kernel, task, local_size, features, homes=None, bounds_check=False, coarsen=False):
         self.kernel, self.task, self.local_size, self.features = kernel, task, local_size, features
         self.adaptive_local_size = task.kind == "parallel" and bool((features or {}).get("adaptive_local_size"))
         self.m = m = Module(version=(1, 3))
         m.capability(Capability.Shader)
         self.glsl_set = m.ext_inst_import(GLSL_SET)
         self.vals = {}         # IR value statement -> SPIR-V id
+        self.lane_index = None  # a coarsened task's element being lowered alone (lower_coarse.py)
         self.locals = {}       # Alloca -> Function variable
         self.loop_vars = {}    # RangeFor -> i32 Function variable of its index
         self.loops = []        # innermost last: [merge label, continue label, broken?]
         self.spec_ids = {}     # spec id -> (default, constant id)
         self.cur_label = None
-        self.layout = plan_layout(kernel, task, features, homes, bounds_check)
+        self.layout = plan_layout(kernel, task, features, homes, bounds_check, coarsen)
         self.mem = Memory(self, self.layout)
         self.adstacks = AdStacks(self, self.mem, self.layout)
 
@@ -176,8 +179,12 @@ class _Lowerer:
         self.adstacks.declare(tid)
         self.mem.bounds.declare()
         self.block(self.task.header)
-        inside = self.emit(Op.OpSLessThan, T.u1, self.tid, self.value(self.task.num_threads))
-        self.if_then_else(inside, self.task.body, None)
+        n = self.value(self.task.num_threads)
+        if lay.per_thread > 1:   # four elements per thread (lower_coarse.py)
+            first = self.emit(Op.OpShiftLeftLogical, T.i32, self.tid, self.i32c(2))
+            lower_coarse.guarded(self, self.emit(Op.OpSLessThan, T.u1, first, n), lambda: lower_coarse.emit(self, n))
+        else:
+            self.if_then_else(self.emit(Op.OpSLessThan, T.u1, self.tid, n), self.task.body, None)
         self.mem.bounds.finish()   # the thread's first out-of-bounds access, if any, to the flag buffer
         if f.in_block:
             f.emit_void(Op.OpReturn)
@@ -188,7 +195,7 @@ class _Lowerer:
             local_size=self.local_size, adstacks=list(lay.adstacks),
             spec_ids={k: v[0] for k, v in self.spec_ids.items()}, homes=lay.homes, stack_heap=lay.heap,
             flag_words=lay.flag_words, bounds_word=lay.bounds_word, bounds_sites=lay.bounds_sites,
-            bounds_axes=lay.bounds_axes)
+            bounds_axes=lay.bounds_axes, per_thread=lay.per_thread)
 
     # ---- statements ----
     def block(self, block):
@@ -209,7 +216,7 @@ class _Lowerer:
         self.vals[s] = self.push_values[("shape", s.array.index, s.axis)]
 
     def lower_ThreadIndex(self, s):
-        self.vals[s] = self.tid
+        self.vals[s] = self.tid if self.lane_index is None else self.lane_index
 
     def lower_Compute(self, s):
         self.vals[s] = LOWER[s.op](self, s, [self.value(a) for a in s.args])

@@ -17,6 +17,7 @@ from .. import types as T
 from ..ir import nodes as N
 from .lower_adstack import BUFFER, FUNCTION, HOMES, StackHeap, stack_shapes, stacks_with_adjoint
 from .lower_bounds import BoundsChecks, checked_accesses, record_words, site_of
+from .lower_coarse import WIDTH, coarsenable
 from .lower_ops import ATOMIC_LOWER
 from .spec import Capability, Decoration, LoopControl, Op, StorageClass
 
@@ -30,6 +31,7 @@ MAX_FLAG_BIT = 31   # word 0 has 32 bits: stacks k >= 31 all set bit 31 (their d
 class Layout:
     bindings: list = field(default_factory=list)      # (array_index, field) in first-use order
     word_view: set = field(default_factory=set)       # bindings declared as integer words (float CAS)
+    per_thread: int = 1                               # elements per thread (lower_coarse.py: 4, vec4 views)
     push_fields: list = field(default_factory=list)
     push_offsets: list = field(default_factory=list)
     push_format: str = "<"
@@ -71,7 +73,7 @@ def needs_cas(s, features):
     return not (dt == T.f32 and native is not None and features.get(native.feature))
 
 
-def plan_layout(kernel, task, features, homes=None, bounds_check=False):
+def plan_layout(kernel, task, features, homes=None, bounds_check=False, coarsen=False):
     """`homes`: one of "function"/"buffer" per adstack (adstacks_of order); None: all "function".
     `bounds_check`: check every global access against its array's shape (debug builds)."""
     lay = Layout(adstacks=N.adstacks_of(task))
@@ -79,6 +81,7 @@ def plan_layout(kernel, task, features, homes=None, bounds_check=False):
     if len(lay.homes) != len(lay.adstacks) or not set(lay.homes) <= set(HOMES):
         raise ValueError(f"task {task.name}: homes {lay.homes!r} for {len(lay.adstacks)} adstacks")
     lay.adjoint_stacks = stacks_with_adjoint(task)
+    lay.per_thread = WIDTH if coarsen and coarsenable(task, bounds_check) else 1
     lay.loop_check = bool(features.get("loop_iteration_cap")) and any(
         isinstance(s, (N.RangeFor, N.While)) for s in N.walk(task.body))
     scalars, shapes = set(), set()
@@ -140,7 +143,9 @@ class Memory:
             a = arrays[key[0]]
             elem = self.word_type(a.dtype) if key in layout.word_view else L.storage_ty(a.dtype)
             suffix = "" if key[1] == "primal" else "." + key[1]
-            self.buffers[key] = (self.buffer_variable(elem, binding, a.name + suffix), elem)
+            # a coarsened task views its arrays as vec4s (lower_coarse.py)
+            declared = m.type_vector(elem, WIDTH) if layout.per_thread > 1 else elem
+            self.buffers[key] = (self.buffer_variable(declared, binding, a.name + suffix), elem)
         if layout.flag_binding is not None:
             self.flag = self.buffer_variable(self.u32, layout.flag_binding, "adstack_flags")
         if layout.heap is not None:
@@ -171,7 +176,8 @@ class Memory:
         st = self._structs.get(elem)
         if st is None:
             rta = m.type_runtime_array(elem)
-            m.decorate(rta, Decoration.ArrayStride, 8 if m.type_info(elem)[1] == 64 else 4)
+            m.decorate(rta, Decoration.ArrayStride, 4 * WIDTH if m.type_info(elem)[0] == "vector" else
+                       8 if m.type_info(elem)[1] == 64 else 4)
             st = m.type_struct([rta], unique=True)
             m.decorate(st, Decoration.Block)
             m.member_decorate(st, 0, Decoration.Offset, 0)
@@ -208,7 +214,19 @@ class Memory:
         if ok is not None:
             idx = L.f.emit(Op.OpSelect, self.i32, ok, idx, L.i32c(0))
         ptr_t = L.m.type_pointer(StorageClass.StorageBuffer, elem)
+        if self.lay.per_thread > 1:   # a component of the vec4 view: [idx / 4][idx % 4]
+            quad = L.f.emit(Op.OpShiftRightArithmetic, self.i32, idx, L.i32c(2))
+            lane = L.f.emit(Op.OpBitwiseAnd, self.i32, idx, L.i32c(3))
+            return L.f.emit(Op.OpAccessChain, ptr_t, var, L.i32c(0), quad, lane), elem
         return L.f.emit(Op.OpAccessChain, ptr_t, var, L.i32c(0), idx), elem
+
+    def vector_ptr(self, s, quad):
+        """(pointer to vec4 number `quad` of `s`'s array, the vec4 type, the scalar storage type)."""
+        L = self.L
+        var, elem = self.buffers[(s.array.index, s.field)]
+        vec = L.m.type_vector(elem, WIDTH)
+        ptr_t = L.m.type_pointer(StorageClass.StorageBuffer, vec)
+        return L.f.emit(Op.OpAccessChain, ptr_t, var, L.i32c(0), quad), vec, elem
 
     def from_storage(self, dt, elem, v):
         """A loaded element (storage type `elem`) as a value of `dt`."""

@@ -31,6 +31,7 @@ class InterpTask:
     bounds_word: object = None  # out-of-bounds accesses raise in the interpreter instead
     bounds_sites: tuple = ()
     bounds_axes: int = 0
+    per_thread: int = 1         # one element per thread: the interpreter runs the IR as written
 
     @property
     def num_buffers(self):
