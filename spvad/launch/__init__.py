@@ -51,10 +51,13 @@ def launch(ck, arrays, scalars, extra=(), views=None):
             # only, so a kernel compiles at most two pipelines
             local = min(local, NARROW_GROUP)
             spec = {**(spec or {}), LOCAL_SIZE_SPEC_ID: local}
-        recorded = dispatch(rt, low, on_device.pipeline(spec, low), arrays, scalars, shapes, n, extra_buffers,
-                            local)
-        on_device.after_launch(spec)
-        if records is not None:
-            records.append((recorded, on_device, spec, low, n, shapes))
+        for part in (low, low.tail):   # a coarsened task's last n % 4 elements are a second dispatch
+            if part is None or (part is low.tail and not part.threads(n)):
+                continue
+            recorded = dispatch(rt, part, on_device.pipeline(spec, part), arrays, scalars, shapes, n,
+                                extra_buffers, local)
+            on_device.after_launch(spec)
+            if records is not None:
+                records.append((recorded, on_device, spec, part, n, shapes))
     bump_versions(ck.facts.writes, arrays)
     return records

@@ -51,7 +51,7 @@ class DeviceTask:
         return choose_homes(self.ct.stack_shapes, spec, function_budget_words(self.rt.device.info), mode)
 
     def pipeline(self, spec, low):
-        key = (low.homes, tuple(sorted(spec.items())) if spec else ())
+        key = (low.homes, low.rest, tuple(sorted(spec.items())) if spec else ())
         ref = self.pipelines.get(key)
         if ref is None:
             ref = self.pipelines[key] = self.rt.shared_pipelines.get(low, self.ct.kernel_name, spec)

@@ -6,7 +6,7 @@ def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=(), lo
     """Record one dispatch of a lowered task over `n` threads (launches past the device's group-count
     limit fold into 2-D); returns the device.launch arguments."""
     buffers = [_buffer(arrays[ai], field) for ai, field in low.bindings] + list(extra_buffers)
-    groups = -(-(-(-n // low.per_thread)) // (local or low.local_size))   # threads of per_thread elements each
+    groups = -(-low.threads(n) // (local or low.local_size))
     gx = min(groups, rt.device.info["limits"]["max_workgroup_count"][0])
     recorded = (pipeline, buffers, push_constants(low, scalars, shapes), (gx, -(-groups // gx), 1))
     rt.device.launch(*recorded)

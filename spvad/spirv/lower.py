@@ -43,6 +43,12 @@ class LoweredTask:
     bounds_sites: tuple = ()    # lower_bounds.site_of of each checked access, by site number
     bounds_axes: int = 0        # index (and shape) words of the record
     per_thread: int = 1         # elements each thread handles (4: an elementwise task, lower_coarse.py)
+    rest: bool = False          # the module of a coarsened task's last n % 4 elements, one per thread
+    tail: object = None         # a coarsened task's `rest` module, dispatched after it when n % 4 != 0
+
+    def threads(self, n):
+        """Threads a launch of `n` elements (the task header's count) needs."""
+        return n % lower_coarse.WIDTH if self.rest else -(-n // self.per_thread)
 
     @property
     def num_buffers(self):
@@ -60,11 +66,15 @@ def lower_task(kernel, task, *, local_size=128, features=None, homes=None, bound
     `bounds_check` (debug builds): every global access checks its indices (lower_bounds.py)."""
     features = dict(DEFAULT_FEATURES if features is None else features)
     local_size = local_size if task.kind == "parallel" else 1
-    return _Lowerer(kernel, task, local_size, features, homes, bounds_check, coarsen).run()
+    low = _Lowerer(kernel, task, local_size, features, homes, bounds_check, coarsen).run()
+    if low.per_thread > 1:
+        low.tail = _Lowerer(kernel, task, local_size, features, homes, bounds_check, coarsen, rest=True).run()
+    return low
 
 
 class _Lowerer:
-    def __init__(self, kernel, task, local_size, features, homes=None, bounds_check=False, coarsen=False):
+    def __init__(self, kernel, task, local_size, features, homes=None, bounds_check=False, coarsen=False,
+                 rest=False):
         self.kernel, self.task, self.local_size, self.features = kernel, task, local_size, features
         self.adaptive_local_size = task.kind == "parallel" and bool((features or {}).get("adaptive_local_size"))
         self.m = m = Module(version=(1, 3))
@@ -72,6 +82,7 @@ class _Lowerer:
         self.glsl_set = m.ext_inst_import(GLSL_SET)
         self.vals = {}         # IR value statement -> SPIR-V id
         self.lane_index = None  # a coarsened task's element being lowered alone (lower_coarse.py)
+        self.rest = rest        # lower the `rest` module of a coarsened task
         self.locals = {}       # Alloca -> Function variable
         self.loop_vars = {}    # RangeFor -> i32 Function variable of its index
         self.loops = []        # innermost last: [merge label, continue label, broken?]
@@ -180,9 +191,12 @@ class _Lowerer:
         self.mem.bounds.declare()
         self.block(self.task.header)
         n = self.value(self.task.num_threads)
-        if lay.per_thread > 1:   # four elements per thread (lower_coarse.py)
-            first = self.emit(Op.OpShiftLeftLogical, T.i32, self.tid, self.i32c(2))
-            lower_coarse.guarded(self, self.emit(Op.OpSLessThan, T.u1, first, n), lambda: lower_coarse.emit(self, n))
+        if lay.per_thread > 1 and self.rest:   # the last n % 4 elements, one per thread
+            self.lane_index = lower_coarse.rest_index(self, n)
+            self.if_then_else(self.emit(Op.OpSLessThan, T.u1, self.lane_index, n), self.task.body, None)
+            self.lane_index = None
+        elif lay.per_thread > 1:   # four elements per thread, whole quads only (lower_coarse.py)
+            lower_coarse.emit(self, n)
         else:
             self.if_then_else(self.emit(Op.OpSLessThan, T.u1, self.tid, n), self.task.body, None)
         self.mem.bounds.finish()   # the thread's first out-of-bounds access, if any, to the flag buffer
@@ -195,7 +209,7 @@ class _Lowerer:
             local_size=self.local_size, adstacks=list(lay.adstacks),
             spec_ids={k: v[0] for k, v in self.spec_ids.items()}, homes=lay.homes, stack_heap=lay.heap,
             flag_words=lay.flag_words, bounds_word=lay.bounds_word, bounds_sites=lay.bounds_sites,
-            bounds_axes=lay.bounds_axes, per_thread=lay.per_thread)
+            bounds_axes=lay.bounds_axes, per_thread=lay.per_thread, rest=self.rest)
 
     # ---- statements ----
     def block(self, block):

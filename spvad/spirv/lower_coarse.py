@@ -4,9 +4,10 @@ llvmpipe turns a lane's load into a gather; a vec4 gather moves four times the d
 kernel runs up to ~1.8x faster with four consecutive elements per thread (measured with the hand-written
 limit, benchmarks/limit/elementwise_forward.comp). A task qualifies when it is straight-line code whose every
 array access is `a[i]`, `i` the thread index of a 1-D parallel loop, on 32-bit data, with the thread index
-used for nothing else. Thread t handles elements 4t .. 4t+3: when all four exist it runs each statement for
+used for nothing else. Thread t handles elements 4t .. 4t+3 when all four exist, running each statement for
 the four lanes in turn (loads and stores as one vec4 each: each element is still read and written only by
-its own lane, in program order), else each existing element alone, reading components of the vec4 view.
+its own lane, in program order); a second module, dispatched after it, runs the last n % 4 elements one per
+thread, reading components of the vec4 view.
 Not under debug (the bounds checks address scalars) and not for a task with adstacks or loops.
 """
 from .. import types as T
@@ -38,23 +39,18 @@ def coarsenable(task, bounds_check):
 
 
 def emit(L, n):
-    """The coarsened body: t = thread index, base = 4t; `n` = the task's element count (an i32 id)."""
-    f, i32 = L.f, T.i32
-    base = L.emit(Op.OpShiftLeftLogical, i32, L.tid, L.i32c(2))
-    last = L.emit(Op.OpIAdd, i32, base, L.i32c(WIDTH - 1))
-    full = L.emit(Op.OpSLessThan, T.u1, last, n)
-    whole, part, merge = f.new_label(), f.new_label(), f.new_label()
-    f.emit_void(Op.OpSelectionMerge, merge, SelectionControl.NONE)
-    f.emit_void(Op.OpBranchConditional, full, whole, part)
-    L.begin(whole)
-    _lanes(L, base)
-    f.emit_void(Op.OpBranch, merge)
-    L.begin(part)
-    for j in range(WIDTH):   # the last thread: each existing element alone
-        index = L.emit(Op.OpIAdd, i32, base, L.i32c(j))
-        guarded(L, L.emit(Op.OpSLessThan, T.u1, index, n), lambda index=index: _scalar(L, index))
-    f.emit_void(Op.OpBranch, merge)
-    L.begin(merge)
+    """The whole quads: thread t runs elements 4t .. 4t+3 when 4t + 3 < n (`n`: the element count, an i32
+    id). The last n % 4 elements are a second dispatch (`rest_index`): a tail in this module, even one never
+    taken, cost lavapipe 25% on the elementwise workload."""
+    base = L.emit(Op.OpShiftLeftLogical, T.i32, L.tid, L.i32c(2))
+    last = L.emit(Op.OpIAdd, T.i32, base, L.i32c(WIDTH - 1))
+    guarded(L, L.emit(Op.OpSLessThan, T.u1, last, n), lambda: _lanes(L, base))
+
+
+def rest_index(L, n):
+    """The element of thread t in the `rest` module: (n rounded down to a multiple of 4) + t."""
+    whole = L.emit(Op.OpBitwiseAnd, T.i32, n, L.i32c(-WIDTH))
+    return L.emit(Op.OpIAdd, T.i32, whole, L.tid)
 
 
 def guarded(L, cond, body):
@@ -66,15 +62,6 @@ def guarded(L, cond, body):
     body()
     f.emit_void(Op.OpBranch, merge)
     L.begin(merge)
-
-
-def _scalar(L, index):
-    """One element: the body as written, the thread index being `index` (accesses read vec4 components)."""
-    outer = L.vals
-    L.vals = dict(outer)
-    L.lane_index = index
-    L.block(L.task.body)
-    L.vals, L.lane_index = outer, None
 
 
 def _lanes(L, base):

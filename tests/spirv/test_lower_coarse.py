@@ -98,3 +98,13 @@ def test_integers(rng):
 def test_debug_builds_check_scalars(debug, rng):
     x, y = f32(rng, 8), sp.ndarray(sp.f32, (8,), needs_grad=True)
     assert per_thread(scaled_tanh, x, y) == [1]
+
+
+def test_repeated_launches_replay_both_dispatches(rng):
+    """A replay (same arrays, a new scalar) repeats the whole quads and the last n % 4 elements."""
+    a0, b0 = rng.uniform(-1, 1, 10).astype(np.float32), rng.uniform(-1, 1, 10).astype(np.float32)
+    a, b, y = sp.from_numpy(a0), sp.from_numpy(b0), sp.ndarray(sp.f32, (10,))
+    for s in (0.25, 0.25, -1.5, 3.0):
+        y.fill(0.0)
+        two_inputs(a, b, y, s)
+        np.testing.assert_allclose(y.to_numpy(), a0.astype(np.float64) * np.sin(b0) + s, rtol=1e-5, atol=1e-6)

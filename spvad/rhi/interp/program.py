@@ -32,6 +32,8 @@ class InterpTask:
     bounds_sites: tuple = ()
     bounds_axes: int = 0
     per_thread: int = 1         # one element per thread: the interpreter runs the IR as written
+    tail: object = None
+    rest: bool = False
 
     @property
     def num_buffers(self):
@@ -40,6 +42,9 @@ class InterpTask:
     @property
     def code(self):
         return self
+
+    def threads(self, n):
+        return n
 
 
 def lower_for_interp(kernel, task, *, local_size=1, homes=None):
