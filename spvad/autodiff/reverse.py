@@ -91,14 +91,26 @@ class _Reverser(Emitter):
         if a is None:
             dtype = key.dtype
             name = key.name if isinstance(key, N.Alloca) else ""   # a slot, or an active value
-            a = self.adj[key] = self.new_top(N.Alloca(dtype, f"adj_{name or key.id}"), key.loc)
+            a = self.adj[key] = self.new_sum(dtype, f"adj_{name or key.id}", key.loc)
         return a
+
+    def new_sum(self, dtype, name, loc):
+        """A slot that sums contributions, starting from the empty sum: -0.0 for floats, the identity of
+        float addition (-0.0 + g is g bit for bit, +0.0 + -0.0 is not), so the optimiser can drop the add."""
+        slot = self.new_top(N.Alloca(dtype, name), loc)
+        if dtype.is_float:
+            start = self.new_top(N.Const(-0.0, dtype), loc)
+            self.new_top(N.LocalStore(slot, start), loc)
+        return slot
+
+    def empty_sum(self, dtype):
+        return self.const(-0.0 if dtype.is_float else 0, dtype)
 
     def take_adjoint(self, key):
         """Read an adjoint slot and clear it (the value's next execution starts from zero)."""
         a = self.adj_slot(key)
         g = self.emit(N.LocalLoad(a))
-        self.emit(N.LocalStore(a, self.const(0.0, a.dtype)))
+        self.emit(N.LocalStore(a, self.empty_sum(a.dtype)))
         return g
 
     def accumulate(self, key, g):
@@ -203,7 +215,7 @@ class _Reverser(Emitter):
                 else:   # sum locally, one atomic add after the construct (not one per iteration)
                     acc = self.flushes.setdefault(scope, {}).get((s.array, s.indices))
                     if acc is None:
-                        acc = self.new_top(N.Alloca(s.dtype, f"acc_{s.array.name}"), s.loc)
+                        acc = self.new_sum(s.dtype, f"acc_{s.array.name}", s.loc)
                         self.flushes[scope][(s.array, s.indices)] = acc
                     self.emit(N.LocalStore(acc, self.compute(Op.ADD, self.emit(N.LocalLoad(acc)), g)))
             elif isinstance(s, N.GlobalStore):
@@ -261,7 +273,7 @@ class _Reverser(Emitter):
     def flush_loads(self, construct, m):
         for (array, indices), acc in self.flushes.get(construct, {}).items():
             g = self.emit(N.LocalLoad(acc))
-            self.emit(N.LocalStore(acc, self.const(0.0, acc.dtype)))
+            self.emit(N.LocalStore(acc, self.empty_sum(acc.dtype)))
             self.add_to_grad(array, indices, g, m)
 
     def replay_and_reverse(self, stmts, m):

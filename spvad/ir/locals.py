@@ -19,33 +19,55 @@ def forward_locals(kernel):
         _forward(task.body, {}, {})
         flags = {s.exit_flag for s in N.walk(task.body) if isinstance(s, (N.RangeFor, N.While))}
         _drop_dead_stores(task.body, set(), flags, True)
-        _load_zero_slots(task.body, _zero_slots(task.body), {})
+        _load_constant_slots(task.body, _constant_slots(task.body), {})
     return kernel
 
 
-def _zero_slots(body):
-    """Slots that hold +0 (or False) all the time: every store into them stores it, as the Alloca does.
-    Reverse mode's adjoint slots often end so, once the stores of their sums are forwarded and dead."""
-    slots = {s for s in N.walk(body) if isinstance(s, N.Alloca)}
+def _constant_slots(body):
+    """Slots that hold one constant all the time: every store into them stores it, and it is +0 (what the
+    Alloca holds) or the task stores it first, at its top level, before anything reads the slot. Reverse
+    mode's sums often end so (starting at -0.0), once the stores of their sums are forwarded and dead."""
+    stored = {s: {} for s in N.walk(body) if isinstance(s, N.Alloca)}   # slot -> {key: constant stored}
     for s in N.walk(body):
-        if isinstance(s, N.LocalStore) and not _is_zero(s.value):
-            slots.discard(s.slot)
-    return slots
+        if isinstance(s, N.LocalStore) and s.slot in stored:
+            if isinstance(s.value, N.Const):
+                stored[s.slot][_key(s.value.value, s.slot.dtype)] = s.value.value
+            else:
+                del stored[s.slot]
+    out = {}
+    for slot, values in stored.items():
+        if set(values) <= {_key(0, slot.dtype)}:
+            out[slot] = 0
+        elif len(values) == 1 and _stored_first(body, slot):
+            out[slot] = next(iter(values.values()))
+    return out
 
 
-def _is_zero(v):
-    return isinstance(v, N.Const) and repr(to_scalar(v.value, v.dtype).item()) in ("0", "0.0", "False")
+def _key(value, dtype):
+    return repr(to_scalar(value, dtype).item())
 
 
-def _load_zero_slots(block, slots, repl):
-    """Replace each load of a slot in `slots` by a Const zero of its dtype, in place."""
+def _stored_first(body, slot):
+    """The first top-level statement of the task touching `slot` (after its Alloca) stores into it."""
+    for s in body.stmts:
+        if s is slot:
+            continue
+        touched = [t for t in [s, *(t for b in s.blocks() for t in N.walk(b))]
+                   if isinstance(t, (N.LocalLoad, N.LocalStore)) and t.slot is slot]
+        if touched:
+            return isinstance(s, N.LocalStore) and s.slot is slot
+    return False
+
+
+def _load_constant_slots(block, slots, repl):
+    """Replace each load of a slot in `slots` (slot -> value) by a Const of that value, in place."""
     for k, s in enumerate(block.stmts):
         s.replace_operands(repl)
         if isinstance(s, N.LocalLoad) and s.slot in slots:
-            zero = block.stmts[k] = repl[s] = N.Const(to_scalar(0, s.dtype).item(), s.dtype)
-            zero.loc = s.loc
+            const = block.stmts[k] = repl[s] = N.Const(to_scalar(slots[s.slot], s.dtype).item(), s.dtype)
+            const.loc = s.loc
         for b in s.blocks():
-            _load_zero_slots(b, slots, repl)
+            _load_constant_slots(b, slots, repl)
 
 
 def _forward(block, known, repl):

@@ -98,3 +98,11 @@ def test_exit_flag_stores_stay():
     (loop,) = [s for t in k.tasks for s in N.walk(t.body) if isinstance(s, N.While)]
     assert loop.exit_flag is not None
     assert any(isinstance(s, N.LocalStore) and s.slot is loop.exit_flag for s in N.walk(loop.body))
+
+
+def test_sums_start_at_minus_zero_so_their_first_add_folds():
+    """-0.0 + g is g bit for bit: the integrator's reverse loop adds no constant."""
+    k = compiled(integrate, REVERSE, ())
+    reverse_loop = [s for t in k.tasks for s in N.walk(t.body) if isinstance(s, N.RangeFor)][-1]
+    adds = [s for s in N.walk(reverse_loop.body) if isinstance(s, N.Compute) and s.op.value == "add"]
+    assert adds and not any(isinstance(a, N.Const) for s in adds for a in s.args)
