@@ -1,11 +1,11 @@
-"""Local slots: store-to-load forwarding and dead stores.
+"""Local slots: store-to-load forwarding, dead stores, slots that hold one constant.
 
-A load of a slot takes the value last stored into it when that store dominates the load and nothing can
-have stored into the slot in between: earlier in the same block, or in an enclosing block when the
-constructs in between (and, inside a loop, the loop's own body) do not store into it. A store is dead when
-no load can read it before the slot is stored again (backward liveness, loops to a fixed point). Slots are Function memory the
-driver may or may not promote to registers; reverse mode's adjoint slots (load, add, store, reset)
-become plain values this way.
+A load of a slot takes the value last stored into it (or loaded from it) when that dominates the load and
+nothing can have stored into the slot in between: earlier in the same block, or in an enclosing block when
+the constructs in between (and, inside a loop, the loop's own body) do not store into it. A store is dead
+when no load can read it before the slot is stored again (backward liveness, loops to a fixed point).
+Slots are Function memory the driver may or may not promote to registers; reverse mode's adjoint slots
+(load, add, store, reset) become plain values this way.
 
 A loop's exit flag is read at the top of every iteration: stores into it are never dead.
 """
