@@ -329,13 +329,18 @@ class _Lowerer:
         if flag is not None:
             running = self.emit(Op.OpLogicalNot, T.u1, self.emit(Op.OpLoad, T.u1, self.locals[flag]))
             cut = running if cut is None else self.emit(Op.OpLogicalAnd, T.u1, cut, running)
-        f, hit, done = self.f, self.f.new_label(), self.f.new_label()
-        f.emit_void(Op.OpSelectionMerge, done, SelectionControl.NONE)
-        f.emit_void(Op.OpBranchConditional, cut, hit, done)
-        self.begin(hit)
-        self.mem.flag_loop_cut()
-        f.emit_void(Op.OpBranch, done)
-        self.begin(done)
+        self.when(cut, self.mem.flag_loop_cut)
+
+    def when(self, cond, body):
+        """if cond { body() }: `body` emits the branch itself (for IR blocks, see if_then_else)."""
+        f = self.f
+        then, merge = f.new_label(), f.new_label()
+        f.emit_void(Op.OpSelectionMerge, merge, SelectionControl.NONE)
+        f.emit_void(Op.OpBranchConditional, cond, then, merge)
+        self.begin(then)
+        body()
+        f.emit_void(Op.OpBranch, merge)
+        self.begin(merge)
 
     def loop_body(self, label, loop, cont, merge):
         """Lower the body of `loop` starting at `label`; returns whether the loop can be left (its exit

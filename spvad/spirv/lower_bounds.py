@@ -132,23 +132,12 @@ class BoundsChecks:
         def record():
             old = f.emit(Op.OpAtomicCompareExchange, mem.u32, self.word(self.lay.bounds_word), mem.scope,
                          mem.relaxed, mem.relaxed, first, L.u32c(0))
-            self.branch(L.emit(Op.OpIEqual, T.u1, old, L.u32c(0)), write)
+            L.when(L.emit(Op.OpIEqual, T.u1, old, L.u32c(0)), write)
 
         def write():
             for k, var in enumerate(self.words):
                 f.emit_void(Op.OpStore, self.word(self.lay.bounds_word + 1 + k), f.emit(Op.OpLoad, mem.u32, var))
-        self.branch(L.emit(Op.OpINotEqual, T.u1, first, L.u32c(0)), record)
-
-    def branch(self, cond, body):
-        """if cond { body() }"""
-        f = self.L.f
-        then, merge = f.new_label(), f.new_label()
-        f.emit_void(Op.OpSelectionMerge, merge, SelectionControl.NONE)
-        f.emit_void(Op.OpBranchConditional, cond, then, merge)
-        self.L.begin(then)
-        body()
-        f.emit_void(Op.OpBranch, merge)
-        self.L.begin(merge)
+        L.when(L.emit(Op.OpINotEqual, T.u1, first, L.u32c(0)), record)
 
     def word(self, k):
         L = self.L

@@ -12,7 +12,7 @@ Not under debug (the bounds checks address scalars) and not for a task with adst
 """
 from .. import types as T
 from ..ir import nodes as N
-from .spec import Op, SelectionControl
+from .spec import Op
 
 WIDTH = 4
 _KINDS = (N.Const, N.ScalarArg, N.ArrayShape, N.ThreadIndex, N.Compute, N.GlobalLoad, N.GlobalStore)
@@ -44,24 +44,13 @@ def emit(L, n):
     taken, cost lavapipe 25% on the elementwise workload."""
     base = L.emit(Op.OpShiftLeftLogical, T.i32, L.tid, L.i32c(2))
     last = L.emit(Op.OpIAdd, T.i32, base, L.i32c(WIDTH - 1))
-    guarded(L, L.emit(Op.OpSLessThan, T.u1, last, n), lambda: _lanes(L, base))
+    L.when(L.emit(Op.OpSLessThan, T.u1, last, n), lambda: _lanes(L, base))
 
 
 def rest_index(L, n):
     """The element of thread t in the `rest` module: (n rounded down to a multiple of 4) + t."""
     whole = L.emit(Op.OpBitwiseAnd, T.i32, n, L.i32c(-WIDTH))
     return L.emit(Op.OpIAdd, T.i32, whole, L.tid)
-
-
-def guarded(L, cond, body):
-    f = L.f
-    then, merge = f.new_label(), f.new_label()
-    f.emit_void(Op.OpSelectionMerge, merge, SelectionControl.NONE)
-    f.emit_void(Op.OpBranchConditional, cond, then, merge)
-    L.begin(then)
-    body()
-    f.emit_void(Op.OpBranch, merge)
-    L.begin(merge)
 
 
 def _lanes(L, base):
