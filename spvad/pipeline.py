@@ -222,8 +222,9 @@ class Lowering:
             return lower_for_interp(self.kernel, self.task, local_size=local, homes=homes)
         low = lower_task(self.kernel, self.task, local_size=local, features=dict(t.features), homes=homes,
                          bounds_check=t.bounds_check, coarsen="coarsen" not in t.skip)
-        if t.validate:
-            tools.validate(low.spirv, kernel_name=f"{self.kernel_name} ({self.task.name})")
+        if t.validate:   # a coarsened task's second module (its last n % 4 elements) reaches the driver too
+            for module in (low, low.tail) if low.tail is not None else (low,):
+                tools.validate(module.spirv, kernel_name=f"{self.kernel_name} ({self.task.name})")
         return low
 
 

@@ -6,6 +6,7 @@ import pytest
 
 import spvad as sp
 from spvad.pipeline import REVERSE
+from spvad.spirv import tools
 
 
 @sp.kernel
@@ -59,6 +60,9 @@ def f32(rng, n):
 def test_which_tasks_qualify(rng):
     x, y = f32(rng, 8), sp.ndarray(sp.f32, (8,), needs_grad=True)
     assert per_thread(scaled_tanh, x, y) == [4] and per_thread(scaled_tanh, x, y, mode=REVERSE) == [4]
+    low = scaled_tanh._compiled(scaled_tanh._bind((x, y))[0]).tasks[0].lowered
+    assert low.tail.rest and low.tail.per_thread == 4
+    tools.validate(low.tail.spirv)   # the module of the last n % 4 elements is valid SPIR-V too
     assert per_thread(two_inputs, x, f32(rng, 8), y, 0.5) == [4]
     assert per_thread(shifted, x, y) == [1] and per_thread(uses_index, x, y) == [1]
     assert per_thread(looped, x, y, 3) == [1]
