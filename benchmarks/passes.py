@@ -1,5 +1,5 @@
 """What each optimiser pass buys: benchmarks/peers.py (spvad and the hand-written limit) run with the passes of
-spvad/pipeline.py OPTIMISE left out one at a time (SPVAD_SKIP_PASSES), and all of them, rounds interleaved in
+spvad/pipeline.py PASSES left out one at a time (SPVAD_SKIP_PASSES), and all of them, rounds interleaved in
 one session; prints the median spvad/limit ratio per workload and op for each variant.
 
 Usage: python benchmarks/passes.py [--rounds R] [--only integrator,elementwise,mass_spring,compile] [--quick]
@@ -14,12 +14,12 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from spvad.pipeline import OPTIMISE  # noqa: E402
+from spvad.pipeline import PASSES  # noqa: E402
 
 
 def variants():
     """(label, SPVAD_SKIP_PASSES) rows: everything on, each pass off, everything off."""
-    names = list(OPTIMISE)
+    names = list(PASSES)
     return [("all passes", "")] + [(f"without {n}", n) for n in names] + [("no optimiser", ",".join(names))]
 
 

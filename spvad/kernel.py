@@ -16,7 +16,7 @@ from .ir.source import FunctionSource
 from .lang import Array
 from .launch import BoundReplay, Replay, launch
 from .ndarray import Ndarray
-from .pipeline import DUAL, OPTIMISE, PRIMAL, REVERSE, Mode, Target, compile_kernel
+from .pipeline import DUAL, PASSES, PRIMAL, REVERSE, Mode, Target, compile_kernel
 from .rhi.metal.translate import METAL_FEATURES, translate
 from .spirv import tools
 
@@ -343,13 +343,20 @@ class Kernel:
             return format_kernel(self._compiled(specs, REVERSE if grad else PRIMAL).ir)
 
 
+_skipped = ("", ())   # SPVAD_SKIP_PASSES as last read, and its names: every compiled-kernel lookup asks
+
+
 def skipped_passes():
-    """Optimiser passes SPVAD_SKIP_PASSES leaves out (comma-separated names of pipeline.OPTIMISE)."""
-    names = tuple(sorted(n for n in os.environ.get("SPVAD_SKIP_PASSES", "").split(",") if n))
-    unknown = [n for n in names if n not in OPTIMISE]
-    if unknown:
-        raise SpvadError(f"SPVAD_SKIP_PASSES: unknown pass {unknown[0]!r}; the passes are {', '.join(OPTIMISE)}")
-    return names
+    """Optimiser passes SPVAD_SKIP_PASSES leaves out (comma-separated names of pipeline.PASSES)."""
+    global _skipped
+    text = os.environ.get("SPVAD_SKIP_PASSES", "")
+    if text != _skipped[0]:
+        names = tuple(sorted(n for n in text.split(",") if n))
+        unknown = [n for n in names if n not in PASSES]
+        if unknown:
+            raise SpvadError(f"SPVAD_SKIP_PASSES: unknown pass {unknown[0]!r}; the passes are {', '.join(PASSES)}")
+        _skipped = (text, names)
+    return _skipped[1]
 
 
 def _release_compiled(compiled):

@@ -126,19 +126,20 @@ def compile_kernel(fn, specs, mode, target, ad_stack_size=None, name=None):
     return CompiledKernel(ir, bindings, captured, tasks, check_plan, facts)
 
 
-# The optimiser: name -> (pass before autodiff, pass after it), each Kernel -> Kernel. The primal runs both
-# phases too. SPVAD_SKIP_PASSES=licm,... leaves passes out (to measure what each buys; part of the cache key).
+# The optimiser's IR passes: name -> (pass before autodiff, pass after it), each Kernel -> Kernel. A primal
+# compile runs only the second form (no derivative follows).
 OPTIMISE = {
     "locals": (forward_locals, forward_locals),
     "licm": (hoist_loop_invariants, lambda k: hoist_loop_invariants(k, guard_loads=True)),
-    "store": (None, None),   # gradient kernels only: store or recompute (autodiff/store_or_recompute.py)
-    "coarsen": (None, None),   # lowering: four elements per thread for elementwise tasks (spirv/lower_coarse.py)
 }
+# What SPVAD_SKIP_PASSES can leave out (to measure what each buys; part of the cache key): the IR passes,
+# store or recompute (gradient kernels, autodiff/store_or_recompute.py) and four elements per thread for
+# elementwise tasks (lowering, spirv/lower_coarse.py).
+PASSES = (*OPTIMISE, "store", "coarsen")
 
 
 def optimiser(phase, skip=()):
-    return [passes[phase] for name, passes in OPTIMISE.items() if name not in skip and passes[phase]] + [
-        simplify.simplify]
+    return [passes[phase] for name, passes in OPTIMISE.items() if name not in skip] + [simplify.simplify]
 
 
 def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=()):

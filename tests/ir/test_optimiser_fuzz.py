@@ -10,7 +10,7 @@ import pytest
 import spvad as sp
 from spvad.ir.frontend import ArraySpec, build_kernel
 from spvad.ir.interp import run_kernel
-from spvad.pipeline import OPTIMISE, PRIMAL, REVERSE, run_passes
+from spvad.pipeline import PASSES, PRIMAL, REVERSE, run_passes
 
 SEEDS = 40
 F32 = ArraySpec(sp.f32, 1, needs_grad=True)
@@ -102,7 +102,7 @@ def test_every_pass_keeps_every_value(kernels, seed):
     seed_grad = rng.uniform(0.5, 1.5, 5).astype(np.float32)
     for mode in (PRIMAL, REVERSE):
         for n in (0, 1, 3):
-            want = run(kernels[seed], mode, tuple(OPTIMISE), x, w, seed_grad, n)
+            want = run(kernels[seed], mode, tuple(PASSES), x, w, seed_grad, n)
             got = run(kernels[seed], mode, (), x, w, seed_grad, n)
             for key in want:   # primal values bit for bit; a gradient may sum one element's adjoints in
                 # another order (two loads of x[i] became one), so within float rounding
