@@ -69,7 +69,8 @@ def _sweeps(task, stack):
 
 
 def _visible_in(block, loop):
-    """Statements defined before `loop` in the blocks enclosing it (they dominate its body), or None."""
+    """Statements visible at the end of `loop`'s body (defined before the loop in the blocks enclosing it, or
+    at the body's top level), or None when `loop` is not under `block`."""
     seen = set()
     for s in block.stmts:
         if s is loop:
