@@ -6,6 +6,7 @@ Everything a launch needs comes back in the CompiledKernel: the tasks' code, the
 build, the depth probes of data-dependent adstacks, what a launch writes and reads. Nothing here touches a
 device: a `Target` says what the code is for (SPIR-V for Vulkan and Metal, or IR for the interpreter).
 """
+import functools
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Optional
 
@@ -90,6 +91,11 @@ class CompiledTask:
                 cache.clear()
             n = cache[key] = eval_num_threads(self.task, scalars, shapes)
         return n
+
+    @functools.cached_property
+    def threads_read_scalars(self):
+        """Whether the thread count depends on scalar arguments (else it is fixed by the shapes)."""
+        return any(isinstance(s, N.ScalarArg) for s in self.task.header.stmts)
 
     def spec_constants(self, scalars, shapes, num_threads):
         """Adstack capacities known once the launch's scalars and shapes are (spec id -> capacity), or None."""

@@ -4,8 +4,8 @@ the array versions a Tape follows (versions.py)."""
 from .. import runtime
 from ..spirv.lower import LOCAL_SIZE_SPEC_ID
 from .device_task import task_on_device
-from .dispatch import dispatch
-from .replay import BoundReplay, Replay, relaunch, same_threads
+from .dispatch import PushPacker, dispatch
+from .replay import BoundReplay, Record, Replay, relaunch, same_threads
 from .versions import bump_versions, companion
 
 NARROW_GROUP, SMALL_LAUNCH = 64, 256
@@ -32,7 +32,7 @@ def launch(ck, arrays, scalars, extra=(), views=None):
         on_device = task_on_device(rt, ct)
         if n <= 0:
             if records is not None:   # a replay must know this task ran no thread
-                records.append((None, on_device, None, None, n, shapes))
+                records.append(Record(None, on_device, None, None, n, shapes))
             continue
         spec = ct.spec_constants(scalars, shapes, n)
         if ct.depth_probe is not None:
@@ -58,6 +58,6 @@ def launch(ck, arrays, scalars, extra=(), views=None):
                                 extra_buffers, local)
             on_device.after_launch(spec)
             if records is not None:
-                records.append((recorded, on_device, spec, part, n, shapes))
+                records.append(Record(recorded, on_device, spec, PushPacker(part, shapes), n, shapes))
     bump_versions(ck.facts.writes, arrays)
     return records

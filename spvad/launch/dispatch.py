@@ -15,18 +15,32 @@ def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=(), lo
 
 def push_constants(low, scalars, shapes):
     """The push-constant bytes of a launch: the scalars and array extents the task reads, in its format."""
-    if not low.push_size:
-        return b""
-    return struct.pack(low.push_format, *[_push_value(f, scalars, shapes) for f in low.push_fields])
+    return PushPacker(low, shapes)(scalars)
+
+
+class PushPacker:
+    """The push constants of one recorded dispatch, whose arrays (hence shapes) stay fixed: only the scalars
+    are converted and packed again on a replay."""
+    __slots__ = ("struct", "values", "slots")
+
+    def __init__(self, low, shapes):
+        self.struct = struct.Struct(low.push_format) if low.push_size else None
+        self.values = [None if f[0] == "scalar" else shapes[f[1]][f[2]] for f in low.push_fields]
+        self.slots = [(k, f[1], _CONVERT[(f[2].is_bool, f[2].is_float)])
+                      for k, f in enumerate(low.push_fields) if f[0] == "scalar"]
+
+    def __call__(self, scalars):
+        if self.struct is None:
+            return b""
+        values = self.values
+        for k, i, convert in self.slots:
+            values[k] = convert(scalars[i])
+        return self.struct.pack(*values)
+
+
+_CONVERT = {(True, False): lambda v: int(bool(v)), (False, True): float, (False, False): int}
 
 
 def _buffer(arr, field):
     return arr.buffer if field == "primal" else arr.buffer_for(field)
 
-
-def _push_value(f, scalars, shapes):
-    if f[0] == "scalar":
-        v = scalars[f[1]]
-        dt = f[2]
-        return int(bool(v)) if dt.is_bool else (float(v) if dt.is_float else int(v))
-    return shapes[f[1]][f[2]]

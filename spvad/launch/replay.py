@@ -6,8 +6,10 @@ import numpy as np
 from .. import runtime
 from .. import types as T
 from ..ir.frontend import VectorArgSpec
-from .dispatch import push_constants
 from .versions import bump_versions, companion
+
+
+_PLAIN = {int: lambda dt: dt.is_int, float: lambda dt: dt.is_float}   # a plain scalar of its spec's kind
 
 
 class Replay:
@@ -43,6 +45,8 @@ class Replay:
             if type(b) is weakref.ref:
                 if b() is not a:
                     return None
+            elif type(a) in _PLAIN and isinstance(spec, T.DType) and _PLAIN[type(a)](spec) and T.fits(a, spec):
+                scalars.append(a)   # what _scalar_dtype accepts, without its general checks
             elif not isinstance(spec, T.DType) or not isinstance(a, (int, float, bool, np.generic)) or \
                     kernel._scalar_dtype(name, ann, a) != spec:
                 return None
@@ -60,10 +64,10 @@ class Replay:
         """Launch again: the recorded dispatches as they are, or with push constants packed for new scalars."""
         if scalars is self.scalars:
             device_launch = self.rt.device.launch
-            for recorded, on_device, spec, *_ in self.records:
-                if recorded is not None:
-                    device_launch(*recorded)
-                    on_device.after_launch(spec)
+            for r in self.records:
+                if r.recorded is not None:
+                    device_launch(*r.recorded)
+                    r.on_device.after_launch(r.spec)
         else:
             relaunch(self.rt, self.records, scalars)
         for k, field in self.written_args:
@@ -102,17 +106,28 @@ def _scalar_dtypes(specs):
     return tuple(s for s in specs if isinstance(s, T.DType))
 
 
+class Record:
+    """One task's part of a recorded launch: the device.launch arguments (None when it ran no thread), its
+    task on the device, spec constants, push-constant packer, thread count and array shapes."""
+    __slots__ = ("recorded", "on_device", "spec", "push", "n", "shapes", "threads_fixed")
+
+    def __init__(self, recorded, on_device, spec, push, n, shapes):
+        self.recorded, self.on_device, self.spec, self.push, self.n, self.shapes = \
+            recorded, on_device, spec, push, n, shapes
+        self.threads_fixed = not on_device.ct.threads_read_scalars
+
+
 def same_threads(records, scalars):
     """Whether every recorded task keeps its thread count with new scalar values."""
-    return all(on_device.ct.num_threads(scalars, shapes) == n for _, on_device, _, _, n, shapes in records)
+    return all(r.threads_fixed or r.on_device.ct.num_threads(scalars, r.shapes) == r.n for r in records)
 
 
 def relaunch(rt, records, scalars):
     """Launch recorded dispatches again with new scalar values (same thread counts: see same_threads)."""
     device_launch = rt.device.launch
-    for recorded, on_device, spec, low, n, shapes in records:
-        if recorded is None:
+    for r in records:
+        if r.recorded is None:
             continue
-        pipeline, buffers, push, groups = recorded
-        device_launch(pipeline, buffers, push_constants(low, scalars, shapes), groups)
-        on_device.after_launch(spec)
+        pipeline, buffers, _, groups = r.recorded
+        device_launch(pipeline, buffers, r.push(scalars), groups)
+        r.on_device.after_launch(r.spec)
