@@ -13,6 +13,7 @@ from . import recording, runtime
 from . import types as T
 from .autodiff.array_states import PRE
 from .checkpoints import Checkpoints, StateView
+from .ir import rows
 from .errors import ArgumentError, AutodiffRuleError
 from .ndarray import Ndarray
 
@@ -95,24 +96,29 @@ class Tape:
             entry = LaunchEntry(kernel, specs, arrays, scalars, everything)
             for (ai, field), state in grad_ck.facts.grad_reads.items():
                 if state == PRE:
-                    entry.needs[(ai, field)] = everything[ai].version
-                    self.checkpoints.need(everything[ai], everything[ai].version)
+                    a = everything[ai]
+                    entry.needs[(ai, field)] = a.version
+                    self.checkpoints.need(a, a.version, _rows(grad_ck.facts.read_rows, ai, field, a, scalars))
                 else:
-                    entry.post.append((ai, field))
+                    entry.post.append((ai, field, grad_ck))
             self.entries.append(entry)
-        needed = self.checkpoints.needed
+        written = {}   # id -> (array, rows, bumps): an array bound to several parameters is written by each
         for ai, field in ck.facts.writes:
             a = everything[ai]
-            if field == "primal" and (id(a), a.version) in needed:
-                self.checkpoints.protect(a, self.names[id(a)], f"the launch of kernel {kernel.name}")
+            if field == "primal" and self.checkpoints.watches(a):
+                rows = _rows(ck.facts.write_rows, ai, field, a, scalars)
+                _, before, bumps = written.get(id(a), (a, frozenset(), 0))
+                written[id(a)] = (a, None if rows is None or before is None else before | rows, bumps + 1)
+        for a, rows, bumps in written.values():
+            self.checkpoints.protect(a, self.names[id(a)], f"the launch of kernel {kernel.name}", rows, bumps)
         return entry
 
     def after_launch(self, entry):
         """The contents a launch left, for gradients that read them (atomic max/min winners)."""
-        for ai, field in entry.post:
+        for ai, field, grad_ck in entry.post:
             a = entry.everything[ai]
             entry.needs[(ai, field)] = a.version
-            self.checkpoints.need(a, a.version)
+            self.checkpoints.need(a, a.version, _rows(grad_ck.facts.read_rows, ai, field, a, entry.scalars))
 
     def _gradient_of(self, kernel, specs, arrays, everything):
         """(specs, compiled gradient) for a launch, after giving a temporary .grad to every argument that
@@ -176,6 +182,13 @@ class Tape:
         for a in self.temporary:
             a.grad = None
         self.temporary = []
+
+
+def _rows(table, ai, field, array, scalars):
+    """The first-axis rows of `array` that an access table of ArrayFacts names for this launch (None: all)."""
+    exprs = table.get((ai, field))
+    return None if exprs is None or not array.storage_shape else rows.evaluate(exprs, scalars,
+                                                                               array.storage_shape[0])
 
 
 def zero(device, array, first=0, count=None):

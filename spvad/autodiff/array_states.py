@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from ..ir import nodes as N
 from ..ir.ops import Op
+from ..ir.rows import accessed_rows
 from .activity import varied_outputs
 
 PRE, POST = "pre", "post"
@@ -22,6 +23,8 @@ class ArrayFacts:
     grad_middle: tuple = ()            # gradient kernels: arrays needed as they were mid-launch
     varied_outputs: tuple = ()         # derivative kernels: float arrays without .grad (.dual) fed by inputs
                                        # that have one: the derivative chain would stop there
+    write_rows: dict = field(default_factory=dict)   # (index, field) -> rows a launch writes (ir/rows.py)
+    read_rows: dict = field(default_factory=dict)    # gradient kernels: (index, field) -> rows they read
 
 
 def array_facts(primal, compiled, mode, probes=()):
@@ -30,14 +33,15 @@ def array_facts(primal, compiled, mode, probes=()):
     their `source`), "dual" for a forward-mode kernel, else None."""
     n = len(primal.arrays)
     writes = written_fields(compiled, n)
+    write_rows = accessed_rows(compiled, writes=True)
     if mode is None:
-        return ArrayFacts(writes)
+        return ArrayFacts(writes, write_rows=write_rows)
     flag = "needs_grad" if mode == "reverse" else "needs_dual"
     varied = tuple(sorted(set().union(*(varied_outputs(t, flag) for t in primal.tasks))))
     if mode == "dual":
-        return ArrayFacts(writes, varied_outputs=varied)
+        return ArrayFacts(writes, varied_outputs=varied, write_rows=write_rows)
     reads, middle = gradient_reads(primal, compiled, probes)
-    return ArrayFacts(writes, reads, tuple(middle), varied)
+    return ArrayFacts(writes, reads, tuple(middle), varied, write_rows, accessed_rows(compiled, writes=False))
 
 
 def task_writes(kernel):
