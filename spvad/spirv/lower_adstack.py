@@ -9,6 +9,7 @@ from typing import Optional
 from .. import types as T
 from ..ir import nodes as N
 from .spec import GLSL, Op, SelectionControl, StorageClass
+from .stack_twins import lockstep_twins
 
 FUNCTION, BUFFER = "function", "buffer"
 HOMES = (FUNCTION, BUFFER)
@@ -88,6 +89,7 @@ class _Stack:
     count: int             # Function u32 variable
     primal: int = None     # Function array variable, or first word of the region (buffer)
     adjoint: int = None    # same, or None when no statement uses the adjoints
+    twin: bool = False     # moves in lockstep with an earlier stack: shares its counter (stack_twins.py)
 
 
 class AdStacks:
@@ -96,6 +98,7 @@ class AdStacks:
     def __init__(self, L, mem, layout):
         self.L, self.mem, self.lay = L, mem, layout
         self.stacks = {}   # AdStackAlloca -> _Stack
+        self.twins = lockstep_twins(L.task, layout.adstacks)   # twin -> leader
 
     def declare(self, tid):
         """Declare every stack (entry block of main; `tid` the thread index as u32): counters and arrays,
@@ -110,10 +113,15 @@ class AdStacks:
                     raise L.error(f"adstack {s.name or s.id} has no capacity (got {s.capacity!r})")
                 n, last = L.u32c(s.capacity), L.u32c(s.capacity - 1)
             elem = self.mem.i32 if s.dtype.is_bool else L.ty(s.dtype)
-            count = L.f.local_variable(m.type_pointer(StorageClass.Function, u32))
             name = s.name or f"stack{s.id}"
-            m.name(count, f"{name}.count")
-            st = self.stacks[s] = _Stack(k, home, elem, s.dtype.nbytes == 8, n, last, count)
+            leader = self.twins.get(s)
+            if leader is not None:
+                count = self.stacks[leader].count
+            else:
+                count = L.f.local_variable(m.type_pointer(StorageClass.Function, u32))
+                m.name(count, f"{name}.count")
+            st = self.stacks[s] = _Stack(k, home, elem, s.dtype.nbytes == 8, n, last, count,
+                                         twin=leader is not None)
             if home == BUFFER:
                 heap.append(st)
                 continue
@@ -207,13 +215,16 @@ class AdStacks:
 
     # ---- statements ----
     def alloca(self, s):
-        """count = 0 at the statement (every execution starts an empty stack)."""
-        self.L.f.emit_void(Op.OpStore, self.stacks[s].count, self.L.u32c(0))
+        """count = 0 at the statement (every execution starts an empty stack); a twin's leader does it."""
+        if not self.stacks[s].twin:
+            self.L.f.emit_void(Op.OpStore, self.stacks[s].count, self.L.u32c(0))
 
     def push(self, s):
         """if count < N { primal[count] = v; adjoint[count] = 0 } else { flag overflow }; count += 1."""
         L, f, u32 = self.L, self.L.f, self.mem.u32
         st = self.stacks[s.stack]
+        if st.twin:
+            return self._push_twin(s, st)
         count = f.emit(Op.OpLoad, u32, st.count)
         fits = L.emit(Op.OpULessThan, T.u1, count, st.n)
         then, other, merge = f.new_label(), f.new_label(), f.new_label()
@@ -230,8 +241,18 @@ class AdStacks:
         L.begin(merge)
         f.emit_void(Op.OpStore, st.count, f.emit(Op.OpIAdd, u32, count, L.u32c(1)))
 
+    def _push_twin(self, s, st):
+        """The leader has just pushed (and flagged an overflow): write at its top, clamped into the stack
+        (past the capacity the launch fails at sync, so the clamped entry's value does not matter)."""
+        _, top = self._top(st)
+        self._write(st, "primal", top, self._stack_in(s, self.L.value(s.value)))
+        if st.adjoint is not None:
+            self._write(st, "adjoint", top, self.L.m.const(st.elem, 0))
+
     def pop(self, s):
         L, st = self.L, self.stacks[s.stack]
+        if st.twin:   # the leader has just popped
+            return
         count = L.f.emit(Op.OpLoad, self.mem.u32, st.count)
         L.f.emit_void(Op.OpStore, st.count, L.f.emit(Op.OpISub, self.mem.u32, count, L.u32c(1)))
 
