@@ -157,7 +157,7 @@ class Kernel:
                             local_size=info.get("preferred_local_size", 128), bounds_check=rt.debug,
                             validate=rt.validate_spirv, skip=skip)
             disk_key = None
-            if rt.code == "spirv":   # the interpreter's kernels are made afresh: it is for small tests
+            if rt.code == "spirv" and cache.cache_dir() is not None:   # the interpreter's are made afresh
                 disk_key = cache.entry_key(self, key[:-1], (list(target.features), target.local_size, rt.debug))
             ck = cache.load_compiled(disk_key, self, rt)
             if ck is None:

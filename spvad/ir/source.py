@@ -1,6 +1,7 @@
 """A Python function's source, AST and namespaces, as the frontend needs them (file, line, names)."""
 import ast
 import inspect
+import linecache
 import textwrap
 
 from ..errors import CompileError
@@ -11,8 +12,9 @@ _parsed = {}   # code object -> (AST, file name, first line, lines)
 
 
 def _parse(fn):
+    found = _block_by_indentation(fn)
     try:
-        lines, first = inspect.getsourcelines(fn)
+        lines, first = found or inspect.getsourcelines(fn)
     except (OSError, TypeError) as e:
         raise CompileError(f"cannot read the source of {getattr(fn, '__name__', fn)!r}: {e}") from None
     module = ast.parse(textwrap.dedent("".join(lines)))
@@ -20,6 +22,39 @@ def _parse(fn):
     if not isinstance(tree, ast.FunctionDef):
         raise CompileError(f"{fn.__name__} is not a plain function definition")
     return tree, inspect.getsourcefile(fn) or "<unknown>", first, lines
+
+
+def _block_by_indentation(fn):
+    """(lines, first line) of `fn`'s definition, cut where the indentation returns to the `def` line's:
+    what inspect.getsourcelines gives, without its tokenizer (milliseconds on a process's first kernel).
+    None when that cut does not parse as one function (a line of a string or bracket further left), so
+    the caller asks inspect."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    lines = linecache.getlines(code.co_filename, getattr(fn, "__globals__", None))
+    start = code.co_firstlineno - 1
+    if not 0 <= start < len(lines):
+        return None
+    k = start
+    while k < len(lines) and lines[k].lstrip().startswith("@"):
+        k += 1
+    if k == len(lines) or not lines[k].lstrip().startswith(("def ", "async def ")):
+        return None
+    base = len(lines[k]) - len(lines[k].lstrip())
+    end = k + 1
+    while end < len(lines):
+        text = lines[end].strip()
+        if text and not text.startswith("#") and len(lines[end]) - len(lines[end].lstrip()) <= base \
+                and not text.startswith((")", "]", "}")):
+            break
+        end += 1
+    block = lines[start:end]
+    try:
+        module = ast.parse(textwrap.dedent("".join(block)))
+    except SyntaxError:
+        return None
+    return (block, start + 1) if len(module.body) == 1 else None
 
 
 class FunctionSource:
