@@ -49,6 +49,8 @@ def _block_by_indentation(fn):
                 and not text.startswith((")", "]", "}")):
             break
         end += 1
+    while end > k + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+        end -= 1   # trailing blank lines and comments belong to what follows
     block = lines[start:end]
     try:
         module = ast.parse(textwrap.dedent("".join(block)))
