@@ -26,7 +26,7 @@ from .ir.nodes import ArrayParam
 from .pipeline import CompiledKernel, CompiledTask, Lowering
 from .spirv import tools
 from .spirv.lower import LoweredTask
-from .types import DType, Vector
+from .types import DType, Matrix, Vector
 
 FORMAT = 2   # 1: pickle files (*.pkl, never read again); 2: sealed JSON (*.spvad)
 TRUSTED_MODULES = {"spvad", "math", "numpy"}   # attributes read through these do not change between runs
@@ -78,7 +78,7 @@ def _describe(obj, seen):
         return f"{t.__name__}:{obj!r}"
     if t is tuple:
         return "tuple:(" + ",".join(_describe(x, seen) for x in obj) + ")"
-    if t in (DType, Vector):
+    if t in (DType, Vector, Matrix):
         return f"dtype:{obj!r}"
     if not isinstance(obj, type):   # (sp.ndarray the class carries the tag too)
         if getattr(obj, "_spvad_ndarray", False):   # looked up by name again on load

@@ -23,7 +23,7 @@ import numpy as np
 # The classes a file may name, as "module.QualName". Add a row when a compiled kernel starts holding a new
 # kind of object; until then such kernels are simply not cached (dumps raises NotStorable).
 WHITELIST = (
-    "spvad.types.DType", "spvad.types.Vector", "spvad.ir.ops.Op",
+    "spvad.types.DType", "spvad.types.Vector", "spvad.types.Matrix", "spvad.ir.ops.Op",
     "spvad.pipeline.CompiledKernel", "spvad.pipeline.CompiledTask", "spvad.pipeline.Lowering",
     "spvad.pipeline.Target",
     "spvad.spirv.lower.LoweredTask", "spvad.spirv.lower_adstack.StackHeap",

@@ -11,6 +11,7 @@ from . import types as T
 from .autodiff.validation import violation_check
 from .errors import ArgumentError, AutodiffRuleError, SpvadError
 from .ir.frontend import ArraySpec, VectorArgSpec
+from .ir.frontend_random import launch_key, random_key_index
 from .ir.printer import format_kernel
 from .ir.source import FunctionSource
 from .lang import Array
@@ -35,8 +36,8 @@ class Func:
             self._source = FunctionSource.of(self.fn)
         return self._source
 
-    def __call__(self, *args):
-        return self.fn(*args)
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
 
 
 def func(fn):
@@ -70,10 +71,37 @@ class Kernel:
         self._cache = {}
         self._replay = None        # the last launch, repeated as is when called again with the same objects
         self._grad_replay = None   # the last gradient launch, likewise
+        self._random_key = None    # (runtime serial, key) of the latest forward launch drawing random numbers
         # a kernel dropped by its program takes its pipelines and per-task buffers with it
         weakref.finalize(self, _release_compiled, self._cache)
 
     # ---- argument checking and specialisation ----
+    def _positional(self, args, kwargs):
+        """The arguments of a call with keywords, in parameter order; refused as Python would refuse them."""
+        names = [n for n, _ in self.params]
+        rest = names[len(args):]
+        if len(rest) == len(kwargs):   # the usual call: the keywords name exactly the other parameters
+            try:
+                return args + tuple(kwargs[n] for n in rest)
+            except KeyError:
+                pass
+        if len(args) > len(names):
+            raise ArgumentError(f"kernel {self.name} takes {len(names)} arguments ({', '.join(names)}), "
+                                f"got {len(args)} positional")
+        given = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise ArgumentError(f"kernel {self.name} got an unexpected keyword argument '{k}' "
+                                    f"(its parameters: {', '.join(names)})")
+            if k in given:
+                raise ArgumentError(f"kernel {self.name} got multiple values for argument '{k}'")
+            given[k] = v
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise ArgumentError(f"kernel {self.name} is missing argument{'s' * (len(missing) > 1)} "
+                                + ", ".join(f"'{n}'" for n in missing))
+        return tuple(given[n] for n in names)
+
     def _bind(self, args):
         """Check arguments before anything reaches the device; returns (spec key, arrays, scalars)."""
         if len(args) != len(self.params):
@@ -96,7 +124,7 @@ class Kernel:
                 raise ArgumentError(f"kernel {self.name}: argument '{name}' must be an sp.ndarray, got "
                                     f"{type(value).__name__}" + (" (use sp.from_numpy)" if hasattr(
                                         value, "__array__") else ""))
-            if isinstance(ann, T.Vector):   # a vector by value: one push constant per component
+            if isinstance(ann, T.TENSOR_TYPES):   # a vector / matrix by value: one push constant per component
                 specs.append(VectorArgSpec(ann))
                 scalars.extend(self._vector_components(name, ann, value))
                 continue
@@ -106,11 +134,13 @@ class Kernel:
         return specs, arrays, scalars
 
     def _vector_components(self, name, vtype, value):
-        """The components of a vector argument annotated `vtype` (a sequence or numpy array of n numbers)."""
-        comps = T.numeric_components(value, vtype.n)
+        """The components of a vector (matrix) argument annotated `vtype`: a sequence or numpy array of n
+        numbers (of shape (n, m)), row-major."""
+        comps = T.numeric_components(value, vtype.shape)
         if comps is None:
+            want = f"{vtype.n} numbers" if isinstance(vtype, T.Vector) else f"numbers of shape {vtype.shape}"
             raise ArgumentError(f"kernel {self.name}: argument '{name}' is annotated {vtype} but got "
-                                f"{type(value).__name__} {value!r} (expected {vtype.n} numbers)")
+                                f"{type(value).__name__} {value!r} (expected {want})")
         for c in comps:
             if vtype.dtype.is_int and isinstance(c, float):
                 raise ArgumentError(f"kernel {self.name}: argument '{name}' is {vtype} but got float components")
@@ -169,7 +199,9 @@ class Kernel:
         return ck
 
     # ---- launch ----
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:   # before the fast path, which compares positional arguments
+            args = self._positional(args, kwargs)
         with runtime.LOCK:
             modes = recording.modes
             if modes.fwd:
@@ -179,6 +211,8 @@ class Kernel:
             if fast is not None and (recorder is None or not tape.validating()):
                 scalars = fast.scalars if fast.matches(args) else fast.new_scalars(self, args)
                 if scalars is not None and (scalars is fast.scalars or fast.same_threads(scalars)):
+                    if fast.draws_random:   # a new list: run() packs the push constants again
+                        scalars = self._fresh_random_key(fast.ck, scalars)
                     entry = recorder and recorder.before_launch(self, fast.specs, fast.arrays(args), scalars,
                                                                 fast.ck)
                     fast.run(args, scalars)
@@ -191,6 +225,7 @@ class Kernel:
         """A launch off the fast path: check and bind everything, compile if needed, record a replay."""
         specs, arrays, scalars = self._bind(args)
         ck = self._compiled(specs)
+        scalars = self._fresh_random_key(ck, scalars)   # a Tape's entry keeps it for the gradient
         entry = recorder and recorder.before_launch(self, specs, arrays, scalars, ck)
         if recorder is not None and tape.validating():
             self._checked_launch(specs, arrays, scalars)
@@ -208,7 +243,7 @@ class Kernel:
         specs, arrays, scalars = self._bind(args)
         specs, ck = self.derivative_with_companions(specs, arrays, DUAL, mode.give_dual)
         mode.prepare(arrays + [obj for _, obj in ck.captured])
-        launch(ck, arrays, scalars)
+        launch(ck, arrays, self._fresh_random_key(ck, scalars))
 
     def _checked_launch(self, specs, arrays, scalars):
         """Run the instrumented variant that detects a read element being overwritten (debug only)."""
@@ -279,22 +314,50 @@ class Kernel:
         """One ndarray bound to two parameters: per-thread gradient updates could race, keep atomics."""
         return Mode("reverse", aliased=len({id(a) for a in everything}) < len(everything))
 
-    def fwd(self, *args):
+    def fwd(self, *args, **kwargs):
         """Launch the forward-mode derivative: computes the primal outputs and, from the inputs' .dual,
         the outputs' .dual (directional derivatives)."""
+        args = self._positional(args, kwargs) if kwargs else args
         with runtime.LOCK:
             specs, arrays, scalars = self._bind(args)
             _, ck = self.derivative_with_companions(specs, arrays, DUAL, self._refuse_missing("dual"))
-            launch(ck, arrays, scalars)
+            launch(ck, arrays, self._fresh_random_key(ck, scalars))   # a forward launch: new numbers
 
-    def grad(self, *args):
+    def grad(self, *args, **kwargs):
         """Launch the reverse-mode derivative: reads the outputs' .grad, accumulates into the inputs' .grad."""
+        args = self._positional(args, kwargs) if kwargs else args
         with runtime.LOCK:
             specs, arrays, scalars = self._bind(args)
             everything = arrays + [obj for _, obj in self._compiled(specs).captured]
             self.derivative_with_companions(specs, arrays, self.reverse_mode(everything),
                                             self._refuse_missing("grad"))
-            self.grad_bound(specs, arrays, scalars)
+            self.grad_bound(specs, arrays, self._last_random_key(self._compiled(specs), scalars))
+
+    # ---- sp.random / sp.randn: the hidden key scalar (ir/frontend_random.py) ----
+    def _fresh_random_key(self, ck, scalars):
+        """`scalars` and, for a kernel that draws random numbers, a fresh key: every forward launch (plain,
+        k.fwd, sp.FwdMode) draws new ones. Remembered for k.grad, which differentiates the latest."""
+        at = random_key_index(ck.ir)
+        if at is None:
+            return scalars
+        rt = runtime.get()
+        key = launch_key(rt.random_seed, rt.random_launches)
+        rt.random_launches += 1
+        self._random_key = (rt.serial, key)
+        return _with_key(scalars, at, key)
+
+    def _last_random_key(self, ck, scalars):
+        """`scalars` and, for a kernel that draws random numbers, the key of its latest forward launch."""
+        at = random_key_index(ck.ir)
+        if at is None:
+            return scalars
+        serial, key = self._random_key or (None, None)
+        if serial != runtime.get().serial:
+            raise AutodiffRuleError(
+                f"kernel {self.name} draws random numbers (sp.random/sp.randn) and k.grad differentiates its "
+                "latest forward launch, with that launch's numbers, but it has not been launched since "
+                "sp.init(); launch it first (or record the launches with sp.Tape)")
+        return _with_key(scalars, at, key)
 
     def _refuse_missing(self, what):
         """For derivative_with_companions outside a Tape / FwdMode: an output without a .grad (.dual) whose
@@ -318,29 +381,38 @@ class Kernel:
         records = launch(ck, arrays, scalars, views=views)
         self._grad_replay = BoundReplay(specs, arrays, records, ck) if records is not None and not views else None
 
-    def spirv(self, *args, grad=False):
+    def spirv(self, *args, grad=False, **kwargs):
+        args = self._positional(args, kwargs) if kwargs else args
         with runtime.LOCK:
             specs, _, _ = self._bind(args)
             mods = [t.lowered.spirv for t in self._compiled(specs, REVERSE if grad else PRIMAL).tasks]
         return mods[0] if len(mods) == 1 else mods
 
-    def disassemble(self, *args, grad=False):
-        mods = self.spirv(*args, grad=grad)
+    def disassemble(self, *args, grad=False, **kwargs):
+        mods = self.spirv(*args, grad=grad, **kwargs)
         mods = [mods] if isinstance(mods, bytes) else mods
         return "\n".join(tools.disassemble(m) for m in mods)
 
-    def msl(self, *args, grad=False):
+    def msl(self, *args, grad=False, **kwargs):
         """Metal Shading Language for these argument types (SPIR-V compiled for Metal's features, translated
         by SPIRV-Cross); one string per task, joined."""
+        args = self._positional(args, kwargs) if kwargs else args
         with runtime.LOCK:
             specs, _, _ = self._bind(args)
             ck = self._compiled(specs, REVERSE if grad else PRIMAL, features=METAL_FEATURES)
         return "\n".join(translate(t.lowered, t.task.name).source for t in ck.tasks)
 
-    def ir(self, *args, grad=False):
+    def ir(self, *args, grad=False, **kwargs):
+        args = self._positional(args, kwargs) if kwargs else args
         with runtime.LOCK:
             specs, _, _ = self._bind(args)
             return format_kernel(self._compiled(specs, REVERSE if grad else PRIMAL).ir)
+
+
+def _with_key(scalars, at, key):
+    """The launch's scalars with `key` at index `at`: appended to the arguments' values, or replacing the
+    key a replayed launch's scalars hold."""
+    return [*scalars[:at], key, *scalars[at + 1:]]
 
 
 _skipped = ("", ())   # SPVAD_SKIP_PASSES as last read, and its names: every compiled-kernel lookup asks

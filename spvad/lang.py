@@ -57,6 +57,37 @@ length = _builtin("length", _length)
 normalize = _builtin("normalize", lambda v: np.asarray(v) / np.expand_dims(_length(v), -1))
 
 
+# matrices (outside kernels: numpy arrays whose last two axes hold the rows and columns)
+def _svd(a):
+    """Taichi's convention: A = U @ S @ V.T with U, V rotations; the last singular value takes det's sign."""
+    a = np.asarray(a, dtype=np.result_type(a, np.float32))
+    u, s, vt = np.linalg.svd(a)
+    v = np.swapaxes(vt, -1, -2).copy()
+    for m, flip in ((u, np.linalg.det(u) < 0), (v, np.linalg.det(v) < 0)):
+        m[..., :, -1] = np.where(flip[..., None], -m[..., :, -1], m[..., :, -1])
+        s[..., -1] = np.where(flip, -s[..., -1], s[..., -1])
+    sigma = np.zeros_like(a)
+    idx = np.arange(a.shape[-1])
+    sigma[..., idx, idx] = s
+    return u, sigma, v
+
+
+def _polar_decompose(a):
+    """A = R @ S with R a rotation and S symmetric."""
+    u, sigma, v = _svd(a)
+    vt = np.swapaxes(v, -1, -2)
+    return u @ vt, v @ sigma @ vt
+
+
+transpose = _builtin("transpose", lambda a: np.swapaxes(np.asarray(a), -1, -2))
+trace = _builtin("trace", lambda a: np.trace(np.asarray(a), axis1=-2, axis2=-1)[()])
+determinant = _builtin("determinant", lambda a: np.linalg.det(np.asarray(a))[()])
+inverse = _builtin("inverse", lambda a: np.linalg.inv(np.asarray(a)))
+outer = _builtin("outer", lambda u, v: np.einsum("...i,...j->...ij", np.asarray(u), np.asarray(v)))
+svd = _builtin("svd", _svd)
+polar_decompose = _builtin("polar_decompose", _polar_decompose)
+
+
 def _host_only(name):
     def fn(*args, **kwargs):
         raise TypeError(f"sp.{name} can only be used inside a kernel")
@@ -85,6 +116,24 @@ def ndrange(*extents):
 
 ndrange._spvad_builtin = "ndrange"
 
-__all__ = ["Array", "dot", "cross", "length", "normalize",
+__all__ = ["Array", "dot", "cross", "length", "normalize", "transpose", "trace", "determinant", "inverse", "outer",
+           "svd", "polar_decompose",
            "atan2", "hypot", "fmod", "pow", "min", "max", "clamp", "select", "cast", "atomic_add", "atomic_max",
            "atomic_min", "static", "ndrange", *_NUMPY_UNARY]
+
+# random numbers (ir/frontend_random.py): inside kernels only, where sp.init's random_seed and the launch
+# decide them
+random = _host_only("random")
+randn = _host_only("randn")
+__all__ += ["random", "randn"]
+
+# derivatives of @sp.func functions inside kernels (ir/frontend_derivatives.py); sp.stop_gradient also
+# stops kernel-level derivatives, and is the identity on the host
+grad = _host_only("grad")
+value_and_grad = _host_only("value_and_grad")
+jacobian = _host_only("jacobian")
+hessian = _host_only("hessian")
+jvp = _host_only("jvp")
+vjp = _host_only("vjp")
+stop_gradient = _builtin("stop_gradient", lambda v: v)
+__all__ += ["grad", "value_and_grad", "jacobian", "hessian", "jvp", "vjp", "stop_gradient"]

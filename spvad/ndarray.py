@@ -33,7 +33,7 @@ def _iterable(shape):
 
 
 def _check_dtype(dtype):
-    if isinstance(dtype, (T.DType, T.Vector)):
+    if isinstance(dtype, (T.DType,) + T.TENSOR_TYPES):
         return dtype
     if isinstance(dtype, str):
         raise ArgumentError(f"dtype must be an spvad dtype such as sp.f32, got the string {dtype!r}")
@@ -53,7 +53,8 @@ class Ndarray:
     """A contiguous device array. Host access (to_numpy, from_numpy, fill, [] get/set) synchronises first.
 
     An ndarray of vectors (`sp.ndarray(sp.vec3, (n,))`) has `shape` (n,) and stores (n, 3) scalars:
-    numpy I/O uses that `storage_shape`, and `a[i]` is a numpy vector.
+    numpy I/O uses that `storage_shape`, and `a[i]` is a numpy vector; an ndarray of matrices
+    (`sp.ndarray(sp.mat3, (n,))`) likewise stores (n, 3, 3) scalars and `a[i]` is a (3, 3) numpy array.
 
     `version` counts the writes that may have changed the contents (launches that can store into the
     array, host writes): a Tape compares versions to know which contents a gradient needs back."""
@@ -63,7 +64,8 @@ class Ndarray:
     def __init__(self, dtype, shape, needs_grad=False, needs_dual=False):
         self.dtype = _check_dtype(dtype)
         self.shape = _normalize_shape(shape)
-        self.width = T.vector_width(self.dtype)
+        self.element_shape = T.element_shape(self.dtype)   # () | (n,) | (n, m)
+        self.width = T.vector_width(self.dtype)            # scalars per element (0 for scalar dtypes)
         self.element_dtype = T.element_dtype(self.dtype)
         self.size = math.prod(self.storage_shape)   # scalars stored (1 for a 0-d array)
         if self.size > MAX_ELEMENTS:   # kernels index with 32-bit integers
@@ -88,8 +90,8 @@ class Ndarray:
 
     @property
     def storage_shape(self):
-        """The shape kernels index and numpy I/O uses: `shape`, plus a trailing axis for vector dtypes."""
-        return self.shape + (self.width,) if self.width else self.shape
+        """The shape kernels index and numpy I/O uses: `shape`, plus trailing axes for vector / matrix dtypes."""
+        return self.shape + self.element_shape
 
     @property
     def ndim(self):
@@ -175,12 +177,12 @@ class Ndarray:
         return value
 
     def _checked_value(self, value):
-        """A scalar, or for vector ndarrays also a sequence of `width` scalars (one per component)."""
+        """A scalar, or for vector / matrix ndarrays also an array of one element's shape."""
         if self.width and not isinstance(value, (bool, int, float, np.generic)):
-            comps = T.numeric_components(value, self.width)
+            comps = T.numeric_components(value, self.element_shape)
             if comps is None:
                 raise ArgumentError(f"{value!r} cannot be stored in a {self.dtype} ndarray (expected a scalar "
-                                    f"or {self.width} components)")
+                                    f"or an array of shape {self.element_shape})")
             return np.array([self._checked_scalar(v) for v in comps], dtype=self._np_dtype)
         return self._checked_scalar(value)
 
@@ -214,7 +216,7 @@ class Ndarray:
         with runtime.LOCK:
             v = self._rows()[i]
             if self.width:
-                return v.copy()
+                return v.reshape(self.element_shape).copy()
             return bool(v) if self.dtype.is_bool else v.item()
 
     def __setitem__(self, key, value):
@@ -232,15 +234,16 @@ def ndarray(dtype, shape, needs_grad=False, needs_dual=False):
 def from_numpy(arr, needs_grad=False, needs_dual=False, dtype=None):
     """A new ndarray holding a copy of `arr`; float64 data gives f64 (only when the device has it).
 
-    `dtype` picks the dtype instead; a vector dtype takes `arr`'s last axis as the components."""
+    `dtype` picks the dtype instead; a vector (matrix) dtype takes `arr`'s last axis (two axes) as the
+    components."""
     arr = np.asarray(arr)
     if dtype is not None:
         dtype = _check_dtype(dtype)
-        width = T.vector_width(dtype)
-        if width and (arr.ndim == 0 or arr.shape[-1] != width):
-            raise ArgumentError(f"from_numpy: a {dtype} ndarray needs data whose last axis has length {width}, "
-                                f"got shape {arr.shape}")
-        return Ndarray(dtype, arr.shape[:-1] if width else arr.shape, needs_grad, needs_dual).from_numpy(arr)
+        elem = T.element_shape(dtype)
+        if arr.shape[arr.ndim - len(elem):] != elem or arr.ndim < len(elem):
+            want = f"last axis has length {elem[0]}" if len(elem) == 1 else f"last two axes are {elem}"
+            raise ArgumentError(f"from_numpy: a {dtype} ndarray needs data whose {want}, got shape {arr.shape}")
+        return Ndarray(dtype, arr.shape[:arr.ndim - len(elem)], needs_grad, needs_dual).from_numpy(arr)
     dt = T.from_numpy_dtype(arr.dtype)
     if dt is None and np.issubdtype(arr.dtype, np.integer):
         if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):

@@ -1,6 +1,6 @@
 """The compile pipeline: a Python function and its argument specs -> a compiled kernel.
 
-    frontend -> passes (simplify, loop exits, the derivative of `mode`, simplify) -> lowering -> validation
+    frontend -> passes (in-kernel derivatives, simplify, loop exits, the derivative of `mode`, simplify) -> lowering -> validation
 
 Everything a launch needs comes back in the CompiledKernel: the tasks' code, the check plan of a checked
 build, the depth probes of data-dependent adstacks, what a launch writes and reads. Nothing here touches a
@@ -13,6 +13,7 @@ from typing import ClassVar, Optional
 from .autodiff.array_states import ArrayFacts, array_facts
 from .autodiff.dual import dual_task
 from .autodiff.extremum_ties import TieScratch
+from .autodiff.inline_derivatives import expand_derivatives
 from .autodiff.loop_exits import eliminate_loop_exits
 from .autodiff.reverse import reverse_task
 from .autodiff.store_or_recompute import store_or_recompute
@@ -84,13 +85,19 @@ class CompiledTask:
     def num_threads(self, scalars, shapes):
         """Threads of a launch: the task header evaluated on the host, memoised per scalars and shapes."""
         cache = self.__dict__.setdefault("_threads", {})
-        key = (tuple(scalars), tuple(shapes))
+        # only the scalars the header reads: a random key differs every launch (ir/frontend_random.py)
+        key = (tuple(scalars[i] for i in self.header_scalars), tuple(shapes))
         n = cache.get(key)
         if n is None:
             if len(cache) > 256:
                 cache.clear()
             n = cache[key] = eval_num_threads(self.task, scalars, shapes)
         return n
+
+    @functools.cached_property
+    def header_scalars(self):
+        """Indices of the scalar arguments the thread count depends on."""
+        return sorted({s.param.index for s in self.task.header.stmts if isinstance(s, N.ScalarArg)})
 
     @functools.cached_property
     def threads_read_scalars(self):
@@ -150,7 +157,8 @@ def optimiser(phase, skip=()):
 
 def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=()):
     """The passes of `mode`, in order; returns (kernel, check plan of a checked build or None)."""
-    steps = [simplify.simplify, eliminate_all_loop_exits]
+    # in-kernel derivatives (sp.grad & co) first: every later pass, kernel-level autodiff too, sees plain IR
+    steps = [expand_derivatives, simplify.simplify, eliminate_all_loop_exits]
     plan = []
     if mode.kind == "reverse":
         steps += optimiser(0, skip) + [lambda k: reverse_kernel(k, ad_stack_size, not mode.aliased)]

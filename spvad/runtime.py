@@ -1,12 +1,14 @@
 """The process-wide runtime: device selection, options, the launch path, sync and device-side error flags."""
 import atexit
 import itertools
+import operator
 import os
 import sys
 import threading
 
 from . import rhi
 from .cache_folder import cache_dir
+from .errors import ArgumentError
 
 _current = None
 _serials = itertools.count()
@@ -18,7 +20,8 @@ LOCK = threading.RLock()
 
 
 class Runtime:
-    def __init__(self, backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None):
+    def __init__(self, backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None,
+                 random_seed=0):
         backend = os.environ.get("SPVAD_BACKEND", backend) or "auto"
         selector = os.environ.get("SPVAD_DEVICE", device)
         if isinstance(selector, str) and selector.isdigit():
@@ -35,7 +38,10 @@ class Runtime:
         if validate_spirv is None:
             validate_spirv = debug or "pytest" in sys.modules
         self.validate_spirv = validate_spirv
-        self.pending_checks = []    # callables run after each sync (adstack overflow flags)
+        self.random_seed = random_seed   # sp.random / sp.randn: with the count of forward launches that
+        self.random_launches = 0         # drew random numbers, the key of each launch (kernel.py)
+        self.pending_checks = []    # callables run after each sync (adstack overflow flags, kernel prints)
+        self.prints = None          # the print buffer of kernel print(...) (launch/prints.py), made on first use
         self.pending_checks_owners = set()
         self.released_after_sync = set()   # ids of CompiledTasks to release once their flags were read
         self.tasks = {}             # id(CompiledTask) -> what this runtime holds for it (launch.DeviceTask)
@@ -64,6 +70,13 @@ class Runtime:
                 held.release()   # deferred by the device while recorded launches may still use it
 
     def close(self):
+        if self.prints is not None and self.prints.pending:   # lines nobody synced for: print them now
+            try:
+                self.device.sync()
+                self.prints.flush()
+            except Exception:   # noqa: BLE001 - a failed device still closes
+                pass
+        self.prints = None
         self.pending_checks = []
         self.pending_checks_owners.clear()
         self.tasks.clear()
@@ -145,12 +158,20 @@ class SparePool:
         self.free = {}
 
 
-def init(backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None):
+def init(backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None, random_seed=0):
     global _current
+    random_seed = _checked_seed(random_seed)   # before reset: a rejected call changes nothing
     with LOCK:
         reset()
-        _current = Runtime(backend, device, ad_stack_size, debug, validate_spirv)
+        _current = Runtime(backend, device, ad_stack_size, debug, validate_spirv, random_seed)
         return _current
+
+
+def _checked_seed(seed):
+    """sp.init's random_seed: an integer in [0, 2**64)."""
+    if isinstance(seed, bool) or not hasattr(seed, "__index__") or not 0 <= operator.index(seed) < 2**64:
+        raise ArgumentError(f"sp.init(random_seed=...) must be an integer in [0, 2**64), got {seed!r}")
+    return operator.index(seed)
 
 
 @atexit.register

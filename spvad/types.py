@@ -1,4 +1,4 @@
-"""Scalar dtypes of spvad (f32, f64, i32, u32, u1), small vector types, and numpy-like type promotion."""
+"""Scalar dtypes of spvad (f32, f64, i32, u32, u1), vector and matrix types, and numpy-like type promotion."""
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,25 +49,64 @@ DEFAULT_FLOAT, DEFAULT_INT = f32, i32
 
 
 
-@dataclass(frozen=True)
-class Vector:
-    """`sp.Vector(n, dtype)`: a vector of 2..4 components (f32, f64, i32 or u32); `sp.vec3` = Vector(3, f32).
+MAX_COMPONENTS = 64   # a vector / matrix value is that many scalar IR values (per-thread registers)
 
-    Kernels scalarise vectors (one IR value per component); as an ndarray dtype it adds a trailing axis of
-    length `n` to the storage. Called outside kernels it builds a numpy array."""
+
+def _check_component_dtype(what, dtype):
+    if not isinstance(dtype, DType) or dtype.is_bool:
+        raise TypeError(f"{what}: the component dtype must be sp.f32, sp.f64, sp.i32 or sp.u32, got {dtype!r}")
+
+
+def _is_count(n):
+    return isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_))
+
+
+def _literal(value, dtype, ndim):
+    """`sp.Vector([...])` / `sp.Matrix([[...], ...])` outside kernels: a numpy array of `ndim` axes."""
+    arr = np.asarray(value)
+    if arr.ndim != ndim or arr.dtype.kind not in "biuf":
+        raise TypeError(f"expected a {'list' if ndim == 1 else 'list of equal-length lists'} of numbers, got {value!r}")
+    dt = dtype or (f32 if arr.dtype.kind == "f" else i32)
+    return arr.astype(dt.np)
+
+
+class _LiteralOrType(type):
+    """`sp.Vector([1.0, 2.0])` / `sp.Matrix([[1, 2], [3, 4]])` outside kernels build numpy values; with
+    counts they make the type (a metaclass, so instances stay plain data the compile cache can store)."""
+
+    def __call__(cls, n=None, *args, **kwargs):
+        if n is not None and not _is_count(n):
+            dtype = kwargs.get("dtype", kwargs.get("dt", args[0] if args else None))
+            return _literal(n, dtype, 1 if cls.__name__ == "Vector" else 2)
+        return super().__call__(n, *args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Vector(metaclass=_LiteralOrType):
+    """`sp.Vector(n, dtype=sp.f32)`: a vector of 1..64 components (f32, f64, i32 or u32); `sp.vec3` =
+    Vector(3, f32). `sp.Vector([a, b, c])` builds a value (Taichi style).
+
+    Kernels scalarise vectors (one IR value per component), so a vector doubles as a small local array; as
+    an ndarray dtype it adds a trailing axis of length `n` to the storage. Called outside kernels it builds
+    a numpy array."""
     n: int
-    dtype: DType
+    dtype: DType = None
 
     def __post_init__(self):
-        if not isinstance(self.n, int) or isinstance(self.n, bool) or not 2 <= self.n <= 4:
-            raise TypeError(f"sp.Vector: the width must be 2, 3 or 4, got {self.n!r}")
-        if not isinstance(self.dtype, DType) or self.dtype.is_bool:
-            raise TypeError(f"sp.Vector: the component dtype must be sp.f32, sp.f64, sp.i32 or sp.u32, "
-                            f"got {self.dtype!r}")
+        if self.dtype is None:
+            object.__setattr__(self, "dtype", f32)
+        if not _is_count(self.n) or not 1 <= self.n <= MAX_COMPONENTS:
+            raise TypeError(f"sp.Vector: the width must be an int in 1..{MAX_COMPONENTS}, got {self.n!r}")
+        object.__setattr__(self, "n", int(self.n))
+        _check_component_dtype("sp.Vector", self.dtype)
 
     @property
     def name(self):
-        return f"vec{self.n}" if self.dtype == f32 else f"Vector({self.n}, {self.dtype})"
+        return f"vec{self.n}" if self.dtype == f32 and 2 <= self.n <= 4 else f"Vector({self.n}, {self.dtype})"
+
+    @property
+    def shape(self):
+        return (self.n,)
 
     def __repr__(self):
         return self.name
@@ -82,18 +121,82 @@ class Vector:
             raise TypeError(f"{self.name}(...) needs {self.n} components, got {flat.size}")
         return flat.astype(self.dtype.np)
 
+    def zero(self):
+        return np.zeros(self.n, self.dtype.np)
+
+
+@dataclass(frozen=True)
+class Matrix(metaclass=_LiteralOrType):
+    """`sp.Matrix(n, m, dtype=sp.f32)`: an n x m matrix (n * m <= 64); `sp.mat3` = Matrix(3, 3, f32).
+    `sp.Matrix([[a, b], [c, d]])` builds a value (Taichi style).
+
+    Kernels scalarise matrices (n * m IR values, row-major); as an ndarray dtype it adds two trailing axes
+    (n, m) to the storage. Called outside kernels it builds a numpy array."""
+    n: int
+    m: int = None
+    dtype: DType = None
+
+    def __post_init__(self):
+        if self.dtype is None:
+            object.__setattr__(self, "dtype", f32)
+        for what, k in (("rows", self.n), ("columns", self.m)):
+            if not _is_count(k) or k < 1:
+                raise TypeError(f"sp.Matrix: the number of {what} must be a positive int, got {k!r}")
+        if self.n * self.m > MAX_COMPONENTS:
+            raise TypeError(f"sp.Matrix: {self.n} x {self.m} = {self.n * self.m} components; at most "
+                            f"{MAX_COMPONENTS} fit in a kernel value")
+        object.__setattr__(self, "n", int(self.n))
+        object.__setattr__(self, "m", int(self.m))
+        _check_component_dtype("sp.Matrix", self.dtype)
+
+    @property
+    def name(self):
+        if self.dtype == f32 and self.n == self.m and 2 <= self.n <= 4:
+            return f"mat{self.n}"
+        return f"Matrix({self.n}, {self.m}, {self.dtype})"
+
+    @property
+    def shape(self):
+        return (self.n, self.m)
+
+    def __repr__(self):
+        return self.name
+
+    def __call__(self, *args):
+        """Outside kernels: a numpy (n, m) array from n * m row-major scalars or from n row vectors."""
+        flat = np.concatenate([np.asarray(a).reshape(-1) for a in args]) if args else np.zeros(0)
+        if flat.size != self.n * self.m:
+            raise TypeError(f"{self.name}(...) needs {self.n * self.m} scalars or {self.n} rows of {self.m}, "
+                            f"got {flat.size} scalars")
+        return flat.reshape(self.n, self.m).astype(self.dtype.np)
+
+    def zero(self):
+        return np.zeros((self.n, self.m), self.dtype.np)
+
+    def identity(self):
+        if self.n != self.m:
+            raise TypeError(f"{self.name}.identity(): the matrix is not square")
+        return np.eye(self.n, dtype=self.dtype.np)
+
 
 vec2, vec3, vec4 = Vector(2, f32), Vector(3, f32), Vector(4, f32)
+mat2, mat3, mat4 = Matrix(2, 2, f32), Matrix(3, 3, f32), Matrix(4, 4, f32)
+TENSOR_TYPES = (Vector, Matrix)
 
 
 def element_dtype(dt):
     """The scalar dtype of one stored component (the dtype itself for scalar dtypes)."""
-    return dt.dtype if isinstance(dt, Vector) else dt
+    return dt.dtype if isinstance(dt, TENSOR_TYPES) else dt
+
+
+def element_shape(dt):
+    """The trailing storage axes of one element: () for scalars, (n,) for vectors, (n, m) for matrices."""
+    return dt.shape if isinstance(dt, TENSOR_TYPES) else ()
 
 
 def vector_width(dt):
-    """Number of components (0 for scalar dtypes)."""
-    return dt.n if isinstance(dt, Vector) else 0
+    """Number of scalar components of one element (0 for scalar dtypes)."""
+    return int(np.prod(dt.shape)) if isinstance(dt, TENSOR_TYPES) else 0
 
 
 _BY_NP = {"float32": f32, "float64": f64, "int32": i32, "uint32": u32, "bool": u1}
@@ -151,11 +254,12 @@ def fits(value, dtype):
 
 
 def numeric_components(value, n):
-    """`value` as a list of `n` Python numbers (a sequence or numpy array of numbers), or None."""
+    """`value` as a flat list of Python numbers (a sequence or numpy array of numbers of shape `n`, an int
+    or a tuple), or None."""
     try:
         arr = np.asarray(value)
     except Exception:
         return None
-    if arr.shape != (n,) or arr.dtype.kind not in "biuf":
+    if arr.shape != (n if isinstance(n, tuple) else (n,)) or arr.dtype.kind not in "biuf":
         return None
-    return arr.tolist()
+    return arr.reshape(-1).tolist()

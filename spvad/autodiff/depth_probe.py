@@ -32,6 +32,8 @@ def replay_without_writes(block, m, on_write=None, loop_ids=(), counters=None, a
             if on_write is not None:
                 on_write(s, m, out)
             continue
+        if isinstance(s, N.Print):   # a replay prints nothing: the primal launch did
+            continue
         if isinstance(s, (N.RangeFor, N.While, N.If)):
             new = N.clone_stmt(s, m)
             sid = loop_ids.get(id(s)) if loop_ids else None

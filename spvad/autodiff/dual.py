@@ -72,6 +72,8 @@ class _DualBuilder(Emitter):
             elif self.sites and type(s).WRITES_ARRAY:
                 if id(s) in self.sites:
                     self.count_winner(s)
+            elif self.sites and isinstance(s, N.Print):
+                continue   # the winners' replay prints nothing: the dual task did
             else:
                 self.clone(s)
                 self.tangent(s)

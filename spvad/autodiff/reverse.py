@@ -125,8 +125,8 @@ class _Reverser(Emitter):
     def replay(self, stmts, m, snap):
         for s in stmts:
             self.loc = s.loc
-            if isinstance(s, N.Alloca) or type(s).WRITES_ARRAY:
-                continue   # slots are hoisted; the gradient kernel never writes primal outputs
+            if isinstance(s, (N.Alloca, N.Print)) or type(s).WRITES_ARRAY:
+                continue   # slots are hoisted; the gradient kernel never writes primal outputs nor prints
             if isinstance(s, N.LoopIndex):
                 target = m[s.loop]
                 m[s] = self.emit(N.LoopIndex(target)) if isinstance(target, N.RangeFor) else target

@@ -71,6 +71,7 @@ def _fmod(e, args, out):
 
 # Piecewise constant in their float operands (steps, comparisons): a derivative zero almost everywhere.
 ZERO_GRADIENT = {Op.SIGN, Op.FLOOR, Op.CEIL, Op.ROUND, Op.FLOORDIV, Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE}
+ZERO_GRADIENT |= {Op.STOP_GRADIENT}   # zero by definition: sp.stop_gradient(v) is v as a constant
 # Integer and bool operands only (ops.py type rules): nothing to differentiate.
 NO_FLOAT_OPERAND = {Op.NOT, Op.BIT_NOT} | BINARY_BITWISE | LOGICAL
 NOT_DIFFERENTIABLE = ZERO_GRADIENT | NO_FLOAT_OPERAND

@@ -10,14 +10,19 @@ from . import nodes as N
 from .emit import PY_SCALARS, Emitter
 from .frontend_calls import CallsMixin
 from .frontend_exprs import ExprsMixin
+from .frontend_linalg import LinalgMixin
+from .frontend_local_arrays import LocalArraysMixin
+from .frontend_matrices import MatricesMixin
+from .frontend_random import RandomMixin, RandomState
 from .frontend_tasks import TasksMixin
 from .frontend_values import (ENDED, ArraySpec, FieldRef, Lazy, Scope, ShapeRef,  # noqa: F401
                               VectorArgSpec)
-from .frontend_vectors import VecArg, VecSlots, VecValue, VectorsMixin
+from .frontend_vectors import MatValue, VecArg, VecSlots, VecValue, VectorsMixin
 from .ops import Op
 from .source import FunctionSource
 
-class KernelBuilder(TasksMixin, CallsMixin, ExprsMixin, VectorsMixin, Emitter, ast.NodeVisitor):
+class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin, MatricesMixin, LocalArraysMixin,
+                    VectorsMixin, Emitter, ast.NodeVisitor):
     def __init__(self, src: FunctionSource, specs, resolve_global_array):
         super().__init__()
         self.src, self.specs, self.resolve_global_array = src, specs, resolve_global_array
@@ -25,11 +30,13 @@ class KernelBuilder(TasksMixin, CallsMixin, ExprsMixin, VectorsMixin, Emitter, a
         self.param_bindings = []          # per Python parameter: ('array', ArrayParam) | ('scalar', ScalarParam)
         #                                   | ('vector', (ScalarParam per component))
         self.captured = []                # (ArrayParam, python ndarray object)
-        self.vector_arrays = {}           # ArrayParam of an ndarray of vectors -> width (its last storage axis)
+        self.vector_arrays = {}           # ArrayParam of an ndarray of vectors / matrices -> element shape
+        #                                   (its trailing storage axes)
         self.loops = []                   # stack of "parallel" | RangeFor | While | "static"
         self.task = None
         self.slot_tasks = {}              # Alloca -> the task it is a local of (a dispatch sees only its own)
         self.inline_stack = []
+        self.random = RandomState()       # sp.random / sp.randn (frontend_random.py)
 
     # ---- entry ----
     def build(self):
@@ -49,11 +56,11 @@ class KernelBuilder(TasksMixin, CallsMixin, ExprsMixin, VectorsMixin, Emitter, a
                 scope.names[a.arg] = p
             elif isinstance(spec, VectorArgSpec):
                 params = []
-                for k in range(spec.dtype.n):
+                for k in range(T.vector_width(spec.dtype)):
                     params.append(N.ScalarParam(f"{a.arg}_{k}", spec.dtype.dtype, len(self.kernel.scalars)))
                     self.kernel.scalars.append(params[-1])
                 self.param_bindings.append(("vector", tuple(params)))
-                scope.names[a.arg] = VecArg(params)
+                scope.names[a.arg] = VecArg(params, spec.dtype.shape)
             else:
                 p = N.ScalarParam(a.arg, spec, len(self.kernel.scalars))
                 self.kernel.scalars.append(p)
@@ -84,13 +91,14 @@ class KernelBuilder(TasksMixin, CallsMixin, ExprsMixin, VectorsMixin, Emitter, a
         return self.kernel
 
     def array_param(self, name, dtype, ndim, needs_grad, needs_dual):
-        """The IR array of an ndarray; an ndarray of vectors is a scalar array with one more axis."""
-        width = T.vector_width(dtype)
-        p = N.ArrayParam(name, T.element_dtype(dtype), ndim + (1 if width else 0), len(self.kernel.arrays),
+        """The IR array of an ndarray; an ndarray of vectors (matrices) is a scalar array with one (two) more
+        axes."""
+        elem = T.element_shape(dtype)
+        p = N.ArrayParam(name, T.element_dtype(dtype), ndim + len(elem), len(self.kernel.arrays),
                          needs_grad, needs_dual)
         self.kernel.arrays.append(p)
-        if width:
-            self.vector_arrays[p] = width
+        if elem:
+            self.vector_arrays[p] = elem
         return p
 
     def at(self, node):
@@ -145,6 +153,8 @@ class KernelBuilder(TasksMixin, CallsMixin, ExprsMixin, VectorsMixin, Emitter, a
         """A tuple, `x.shape` as a tuple of shape values, a vector as its components; None for anything else."""
         if isinstance(value, ShapeRef):
             return tuple(self.emit(N.ArrayShape(value.array, k)) for k in range(self.user_ndim(value.array)))
+        if isinstance(value, MatValue):
+            return tuple(value.row(i) for i in range(value.rows))
         if isinstance(value, VecValue):
             return value.comps
         return value if isinstance(value, tuple) else None
@@ -158,11 +168,13 @@ class KernelBuilder(TasksMixin, CallsMixin, ExprsMixin, VectorsMixin, Emitter, a
 
     # ---- statements ----
     def visit_body(self, stmts):
-        for s in stmts:
+        for k, s in enumerate(stmts):
             self.at(s)
             self.visit(s)
             if self.block.stmts and isinstance(self.block.stmts[-1], (N.Break, N.Continue)):
                 return   # the rest of this block is unreachable
+            if self.early is not None and id(s) in self.early.returning:   # a @sp.func may have returned
+                return self.after_return_point(s, lambda: self.visit_body(stmts[k + 1:]), k + 1 < len(stmts))
 
     def generic_visit(self, node):
         self.at(node) if isinstance(node, ast.stmt) else None
@@ -180,6 +192,7 @@ class KernelBuilder(TasksMixin, CallsMixin, ExprsMixin, VectorsMixin, Emitter, a
     def visit_Expr(self, node):
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return
+        self.statement_call = node.value
         self.visit(node.value)
 
     def visit_Pass(self, node):
@@ -196,8 +209,10 @@ class KernelBuilder(TasksMixin, CallsMixin, ExprsMixin, VectorsMixin, Emitter, a
         dtype = self.visit(node.annotation)
         if isinstance(dtype, T.Vector):
             return self.assign(node.target, self.make_vector(dtype, [self.visit(node.value)]))
+        if isinstance(dtype, T.Matrix):
+            return self.assign(node.target, self.make_matrix(dtype, [self.visit(node.value)]))
         if not isinstance(dtype, T.DType):
-            self.error("annotation of a local must be an spvad dtype such as sp.f32 or sp.vec3")
+            self.error("annotation of a local must be an spvad dtype such as sp.f32, sp.vec3 or sp.mat3")
         self.assign(node.target, self.cast(self.visit(node.value), dtype), dtype)
 
     def assign(self, target, value, dtype=None):
@@ -206,13 +221,13 @@ class KernelBuilder(TasksMixin, CallsMixin, ExprsMixin, VectorsMixin, Emitter, a
                 self.assign(t, v)
         elif isinstance(target, ast.Name):
             self.assign_name(target.id, value, dtype)
-        elif isinstance(target, (ast.Subscript, ast.Attribute)) and self.is_local_component(target):
-            self.store_local(*self.local_component_target(target), value)
+        elif isinstance(target, (ast.Subscript, ast.Attribute)) and self.local_array_name(target):
+            self.assign_local_element(target, value)
         elif isinstance(target, ast.Subscript):
             arr, field, idx = self.subscript_target(target)
             self.store_element(arr, field, idx, value)
         else:
-            self.error("can only assign to names, array elements, vector components and tuples of them")
+            self.error("can only assign to names, array elements, vector / matrix elements and tuples of them")
 
     def assign_name(self, name, value, dtype=None):
         cur = self.scope.names.get(name)
@@ -265,9 +280,8 @@ class KernelBuilder(TasksMixin, CallsMixin, ExprsMixin, VectorsMixin, Emitter, a
 
     def visit_AugAssign(self, node):
         sym = self.OPS[type(node.op)]
-        if isinstance(node.target, (ast.Subscript, ast.Attribute)) and self.is_local_component(node.target):
-            name, slot = self.local_component_target(node.target)
-            self.store_local(name, slot, self.binop(sym, self.emit(N.LocalLoad(slot)), self.visit(node.value)))
+        if isinstance(node.target, (ast.Subscript, ast.Attribute)) and self.local_array_name(node.target):
+            self.assign_local_element(node.target, self.visit(node.value), sym)
         elif isinstance(node.target, ast.Subscript):
             arr, field, idx = self.subscript_target(node.target)
             value = self.visit(node.value)
@@ -337,10 +351,18 @@ class KernelBuilder(TasksMixin, CallsMixin, ExprsMixin, VectorsMixin, Emitter, a
         if not isinstance(values, (list, tuple)):
             self.error("sp.static(...) in a for loop needs a range or tuple known at compile time")
         self.loops.append("static")
-        for v in values:
+        self.static_iterations(node, list(values))
+        self.loops.pop()
+
+    def static_iterations(self, node, values):
+        for k, v in enumerate(values):
             self.assign_static_target(node.target, v)
             self.visit_body(node.body)
-        self.loops.pop()
+            if self.early is not None and id(node) in self.early.returning and k + 1 < len(values):
+                if any(isinstance(s, ast.Return) for s in node.body):
+                    return   # every iteration returns: the later ones are unreachable
+                # the iterations after a return are skipped like the statements after it
+                return self.after_return_point(node, lambda: self.static_iterations(node, values[k + 1:]))
 
     def assign_static_target(self, target, v):
         if isinstance(target, ast.Name):

@@ -4,8 +4,12 @@ import ast
 from .. import types as T
 from . import nodes as N
 from .emit import PY_SCALARS
+from .frontend_derivatives import DERIVATIVE_BUILTINS, Transform, derivative_call
+from .frontend_random import RANDOM_BUILTINS
+from .frontend_print import print_call
 from .frontend_values import Scope
-from .frontend_vectors import VECTOR_BUILTINS, VecSlots, VecValue
+from .frontend_matrices import MATRIX_BUILTINS, is_type_method
+from .frontend_vectors import VECTOR_BUILTINS, VecSlots, VecValue, shaped
 from .ops import BINARY_FLOAT, UNARY_FLOAT, Op
 from .source import FunctionSource
 
@@ -16,23 +20,32 @@ ATOMICS = {"atomic_add": Op.ATOMIC_ADD, "atomic_max": Op.ATOMIC_MAX, "atomic_min
 
 
 class CallsMixin:
+    return_slot, return_stores, early = None, None, None   # of the @sp.func being inlined
+    statement_call = None   # the call that is a whole expression statement (its value is discarded)
+    none_result = None      # (func name, Loc, what) after inlining a func that may return None
+
     def visit_Call(self, node):
         fn = self.visit(node.func)
+        if fn is print:   # its string arguments are not values: frontend_print.py reads them
+            return print_call(self, node)
         kw = {k.arg: self.visit(k.value) for k in node.keywords}
         name = getattr(fn, "_spvad_builtin", None)
+        if name in DERIVATIVE_BUILTINS or isinstance(fn, Transform):   # sp.grad & co: frontend_derivatives.py
+            return derivative_call(self, fn, node, kw)
         if name in ATOMICS:
             return self.atomic_call(ATOMICS[name], node)
         args = [self.visit(a) for a in node.args]
+        if name in RANDOM_BUILTINS:   # sp.random(dtype=...) / sp.randn(dtype=...): frontend_random.py
+            return self.random_call(name, args, kw)
         if getattr(fn, "_spvad_func", False):
-            if kw:
-                self.error("keyword arguments to @sp.func are not supported")
-            return self.inline(fn, args)
+            value = self.inline(fn, self.func_arguments(fn, args, kw))
+            if self.statement_call is not node:   # the value is used: it must not be None
+                self.refuse_none_result()
+            return value
         if isinstance(fn, T.DType):
             return self.cast_any(self.one_arg(args, fn.name), fn)
-        if isinstance(fn, T.Vector):
-            return self.make_vector(fn, args)
-        if fn is T.Vector:
-            return self.vector_type_call(args)
+        if isinstance(fn, T.TENSOR_TYPES) or fn in T.TENSOR_TYPES or is_type_method(fn):
+            return self.tensor_call(fn, args, kw)   # sp.mat3(...), sp.Vector([...]): frontend_matrices.py
         if kw:
             self.error(f"keyword arguments are not supported when calling {getattr(fn, '__name__', fn)}")
         if name is not None:
@@ -83,6 +96,8 @@ class CallsMixin:
             return self.one_arg(args, "sp.static")
         if name == "ndrange":
             self.error("sp.ndrange(...) is only supported as the iterable of a for loop")
+        if name in MATRIX_BUILTINS:
+            return self.matrix_builtin(name, args)
         if name in VECTOR_BUILTINS:
             return self.vector_builtin(name, args)
         if len(args) == 2 and (name in MATH2 or name == "pow") and any(isinstance(a, VecValue) for a in args):
@@ -110,23 +125,17 @@ class CallsMixin:
 
     # ---- @sp.func inlining ----
     def inline(self, func, args):
+        """The value of `func` called with `args` (one per parameter), its body inlined here."""
         if func in self.inline_stack:
             self.error(f"recursion is not supported (@sp.func {func.fn.__name__} calls itself)")
         src = func.source()
-        params = src.tree.args
-        if params.vararg or params.kwarg or params.kwonlyargs:
-            self.error("@sp.func parameters must be plain positional parameters")
-        names = [a.arg for a in params.args]
-        defaults = list(func.fn.__defaults__ or ())
-        if not len(names) - len(defaults) <= len(args) <= len(names):
-            self.error(f"{src.name}() takes {len(names)} arguments, got {len(args)}")
-        args = args + defaults[len(args) - len(names):] if len(args) < len(names) else args
+        names = [a.arg for a in src.tree.args.args + src.tree.args.kwonlyargs]
         scope = Scope(src)
         scope.params = set(names)
         assigned = src.assigned_names()
-        saved = (self.scope, self.loops, self.src, getattr(self, "return_slot", None),
-                 getattr(self, "return_stores", None), self.loc)
+        saved = (self.scope, self.loops, self.src, self.return_slot, self.return_stores, self.early, self.loc)
         self.scope, self.loops, self.src, self.return_slot, self.return_stores = scope, [], src, None, []
+        self.early = None
         self.inline_stack.append(func)
         try:
             for n, v in zip(names, args):
@@ -137,33 +146,102 @@ class CallsMixin:
             return self.func_body(src)
         finally:
             self.inline_stack.pop()
-            self.scope, self.loops, self.src, self.return_slot, self.return_stores, self.loc = saved
+            (self.scope, self.loops, self.src, self.return_slot, self.return_stores, self.early,
+             self.loc) = saved
+
+    def func_arguments(self, func, args, kw):
+        """One value per parameter of `func` from a call's positional and keyword arguments and the func's
+        defaults, refused as Python would refuse them."""
+        src = func.source()
+        params = src.tree.args
+        if params.vararg or params.kwarg or params.posonlyargs:
+            self.error("@sp.func parameters must be plain parameters (no *args, **kwargs or /)")
+        positional = [a.arg for a in params.args]
+        names = positional + [a.arg for a in params.kwonlyargs]
+        if len(args) > len(positional):
+            self.error(f"{src.name}() takes {len(positional)} positional arguments, got {len(args)}")
+        given = dict(zip(positional, args))
+        for k, v in kw.items():
+            if k not in names:
+                self.error(f"{src.name}() got an unexpected keyword argument '{k}'")
+            if k in given:
+                self.error(f"{src.name}() got multiple values for argument '{k}'")
+            given[k] = v
+        defaults = dict(zip(positional[len(positional) - len(func.fn.__defaults__ or ()):],
+                            func.fn.__defaults__ or ()))
+        defaults.update(func.fn.__kwdefaults__ or {})
+        missing = [n for n in names if n not in given and n not in defaults]
+        if missing:
+            self.error(f"{src.name}() missing {len(missing)} required argument{'s' * (len(missing) > 1)}: "
+                       + ", ".join(f"'{n}'" for n in missing))
+        return [given[n] if n in given else defaults[n] for n in names]
 
     def func_body(self, src):
+        value = self.func_value(src)
+        early = self.early   # a value from some paths, None from another: refused where the value is used
+        none_path = self.return_slot is not None and early is not None and early.nothing_at is not None
+        self.none_result = (src.name,) + early.nothing_at if none_path else None
+        return value
+
+    def func_value(self, src):
         body = src.body_without_docstring()
-        all_returns = [n for n in ast.walk(src.tree) if isinstance(n, ast.Return)]
-        tails = tail_returns(body)
-        if any(r not in tails for r in all_returns):
-            bad = next(r for r in all_returns if r not in tails)
-            self.at(bad)
-            self.error("return is only supported at the end of a @sp.func (or at the end of both "
-                       "branches of a final if/else)")
-        if body and isinstance(body[-1], ast.Return) and len(all_returns) == 1:
+        returns = [n for n in ast.walk(src.tree) if isinstance(n, ast.Return)]
+        if body and isinstance(body[-1], ast.Return) and len(returns) == 1:
             self.visit_body(body[:-1])
             self.at(body[-1])
             return self.visit(body[-1].value) if body[-1].value is not None else None
+        bare = sum(r.value is None for r in returns)
+        if set(returns) <= tail_returns(body) and bare in (0, len(returns)):
+            self.visit_body(body)   # every path ends in a return: each stores into the return slot
+        else:
+            self.early_returns(src, body)
+        return self.return_value()
+
+    def early_returns(self, src, body):
+        """Returns before the end: each sets a `returned` flag (and leaves its loops by `break`); the
+        statements after one that may have returned run only while the flag is unset."""
+        flag = self.new_slot(T.u1, "returned")
+        self.emit(N.LocalStore(flag, self.const(False)))
+        returning = {id(s) for s in ast.walk(src.tree) if isinstance(s, ast.stmt) and any(
+            isinstance(n, ast.Return) for n in ast.walk(s))}
+        self.early = EarlyReturns(flag, returning)
         self.visit_body(body)
+        if not always_returns(body):
+            end = src.loc(ast.Pass(lineno=body[-1].end_lineno))   # the func's last line
+            self.early.nothing_at = self.early.nothing_at or (end, "its end")
+
+    def refuse_none_result(self):
+        """After inlining a func whose value is used: refuse it if some path returns None (Python's value)."""
+        if self.none_result is None:
+            return
+        name, loc, what = self.none_result
+        self.none_result = None
+        caller = self.loc
+        self.loc = loc
+        self.error(f"@sp.func {name} returns a value on some paths but None from {what} here, and its call at "
+                   f"{caller.filename}:{caller.lineno} uses the value: return a value on every path")
+
+    def return_value(self):
         slot = self.return_slot
+        if slot is None:
+            return None
         if isinstance(slot, VecSlots):
-            return VecValue(self.emit(N.LocalLoad(s)) for s in slot.slots)
-        return self.emit(N.LocalLoad(slot)) if slot is not None else None
+            return shaped([self.emit(N.LocalLoad(s)) for s in slot.slots], slot.shape)
+        return self.emit(N.LocalLoad(slot))
 
     def func_return(self, node):
         if not self.inline_stack:
             self.error("return is not supported in a kernel (write results into an array)")
-        if node.value is None:
-            self.error("a bare return in a @sp.func with return values is not supported")
-        v = self.visit(node.value)
+        if node.value is not None:
+            self.store_return_value(self.visit(node.value))
+        elif self.early is not None and self.early.nothing_at is None:
+            self.early.nothing_at = (self.loc, "a bare return")
+        if self.early is not None:
+            self.emit(N.LocalStore(self.early.flag, self.const(True)))
+            if self.in_func_loop():
+                self.emit(N.Break())
+
+    def store_return_value(self, v):
         if isinstance(v, tuple):
             self.error("returning a tuple is only supported from a single final return statement")
         if isinstance(v, VecValue) or isinstance(self.return_slot, VecSlots):
@@ -179,6 +257,28 @@ class CallsMixin:
         store = self.emit(N.LocalStore(slot, self.cast(v, slot.dtype)))
         self.return_stores.append((self.block, store))
 
+    def in_func_loop(self):
+        """Inside a dynamic loop of the func being inlined (a `return` there must also `break`)?"""
+        return any(loop != "static" for loop in self.loops)
+
+    def after_return_point(self, stmt, visit_rest, has_rest=True):
+        """After `stmt`, which may have returned. In a loop a return already left it by `break` (an inner
+        loop's return leaves this loop too); outside loops the rest runs only if nothing returned."""
+        if isinstance(stmt, ast.Return):
+            return   # the rest of the block is unreachable
+        if self.in_func_loop():
+            if isinstance(stmt, (ast.For, ast.While)) and not self.is_static_iter(getattr(stmt, "iter", None)):
+                self.emit(N.If(self.emit(N.LocalLoad(self.early.flag)), N.Block([N.Break()]), N.Block()))
+            visit_rest()
+            return
+        if not has_rest:
+            return
+        not_returned = self.compute(Op.NOT, self.emit(N.LocalLoad(self.early.flag)))
+        guard = self.emit(N.If(not_returned, N.Block(), N.Block()))
+        saved, self.block = self.block, guard.then_body
+        visit_rest()
+        self.block = saved
+
     def widen_return_slot(self, slot, dtype):
         """Returns of different types promote, as Python values would (`return 1` / `return v * 0.5`):
         retype the slot and convert the values the earlier returns stored."""
@@ -190,6 +290,39 @@ class CallsMixin:
             conv.loc = store.loc
             block.stmts.insert(block.stmts.index(store), conv)
             store.value = conv
+
+
+class EarlyReturns:
+    """A @sp.func being inlined with returns before its end."""
+
+    def __init__(self, flag, returning):
+        self.flag = flag                # u1 local: has the func returned?
+        self.returning = returning      # ids of the statements that contain a return
+        self.nothing_at = None          # (Loc, what) of the first path that returns no value
+
+
+def always_returns(stmts):
+    """Does every path through `stmts` end in a return? (`while True` without break never ends.)"""
+    for s in stmts:
+        if isinstance(s, ast.Return):
+            return True
+        if isinstance(s, ast.If) and always_returns(s.body) and always_returns(s.orelse):
+            return True
+        if isinstance(s, ast.While) and isinstance(s.test, ast.Constant) and s.test.value and not breaks(s.body):
+            return True
+    return False
+
+
+def breaks(stmts):
+    """Is there a `break` leaving the loop whose body is `stmts` (not one of an inner loop)?"""
+    todo = list(stmts)
+    while todo:
+        s = todo.pop()
+        if isinstance(s, ast.Break):
+            return True
+        if not isinstance(s, (ast.For, ast.While)):
+            todo.extend(c for c in ast.iter_child_nodes(s) if isinstance(c, ast.stmt))
+    return False
 
 
 def tail_returns(stmts):

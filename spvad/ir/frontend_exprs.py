@@ -6,7 +6,7 @@ from .. import types as T
 from . import nodes as N
 from .emit import PY_SCALARS, py_dtype
 from .frontend_values import ENDED, FieldRef, Lazy, ShapeRef
-from .frontend_vectors import VecArg, VecSlots, VecValue, is_constant_vector
+from .frontend_vectors import MatValue, VecArg, VecSlots, VecValue, is_constant_matrix, is_constant_vector, shaped
 
 
 class ExprsMixin:
@@ -25,7 +25,7 @@ class ExprsMixin:
             if isinstance(v, N.ScalarParam):
                 return self.emit(N.ScalarArg(v))
             if isinstance(v, VecArg):
-                return VecValue(self.emit(N.ScalarArg(p)) for p in v.params)
+                return shaped([self.emit(N.ScalarArg(p)) for p in v.params], v.shape)
             if v is ENDED:
                 self.error(f"loop index '{name}' is only defined inside its loop")
             if isinstance(v, Lazy):
@@ -59,6 +59,8 @@ class ExprsMixin:
             return obj
         if is_constant_vector(obj):
             return self.constant_vector(obj) or obj
+        if is_constant_matrix(obj):
+            return self.constant_matrix(obj) or obj
         return obj   # modules, functions, dtypes: resolved further by attribute access or calls
 
     def visit_Attribute(self, node):
@@ -71,6 +73,8 @@ class ExprsMixin:
                     self.error(f"array '{base.name}' has no .{node.attr} (create it with needs_{node.attr}=True)")
                 return FieldRef(base, node.attr)
             self.error(f"arrays have no attribute '{node.attr}' in kernels")
+        if isinstance(base, MatValue):
+            return self.matrix_attribute(base, node.attr)
         if isinstance(base, VecValue):
             return self.swizzle(base, node.attr)
         if isinstance(base, (N.Stmt,) + PY_SCALARS):
@@ -97,7 +101,7 @@ class ExprsMixin:
             if not isinstance(k, int):
                 self.error("tuples can only be indexed with compile-time integers")
             return base[k]
-        self.error("only arrays, shapes, vectors and tuples can be indexed")
+        self.error("only arrays, shapes, vectors, matrices and tuples can be indexed")
 
     def subscript_target(self, node):
         base = self.visit(node.value)
@@ -111,9 +115,10 @@ class ExprsMixin:
             raw = [self.visit(e) for e in sl.elts]
         else:
             raw = [self.visit(sl)]
-        width = self.array_width(arr)
-        if len(raw) != arr.ndim and not (width and len(raw) == arr.ndim - 1):
-            what = f"{arr.ndim - 1} dimension(s) of {width}-vectors" if width else f"{arr.ndim} dimension(s)"
+        elem = self.array_element_shape(arr)
+        if len(raw) != arr.ndim and not (elem and len(raw) == self.user_ndim(arr)):
+            kind = f"{elem[0]}-vectors" if len(elem) == 1 else "x".join(map(str, elem)) + " matrices"
+            what = f"{self.user_ndim(arr)} dimension(s) of {kind}" if elem else f"{arr.ndim} dimension(s)"
             self.error(f"array '{arr.name}' has {what}, indexed with {len(raw)}")
         idx = tuple(self.cast(self.index_value(i), T.i32) for i in raw)
         return arr, field, idx
@@ -121,7 +126,7 @@ class ExprsMixin:
     # ---- expressions ----
     OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>",
-           ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+           ast.MatMult: "@", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
     def visit_Constant(self, node):
         if isinstance(node.value, (bool, int, float)) or node.value is None:
@@ -131,7 +136,12 @@ class ExprsMixin:
     def visit_Tuple(self, node):
         return tuple(self.visit(e) for e in node.elts)
 
+    def visit_List(self, node):
+        return self.list_literal(node)
+
     def visit_BinOp(self, node):
+        if isinstance(node.op, ast.Mult) and (isinstance(node.left, ast.List) or isinstance(node.right, ast.List)):
+            return self.repeated_list(node)
         if type(node.op) not in self.OPS:
             self.error("unsupported operator")
         return self.binop(self.OPS[type(node.op)], self.visit(node.left), self.visit(node.right))

@@ -1,4 +1,5 @@
-"""Vectors in kernels, scalarised by the frontend: a vector value is a tuple of scalar IR values.
+"""Vectors in kernels, scalarised by the frontend: a vector value is a tuple of scalar IR values (a matrix,
+MatValue, is one with a 2-D shape; its own operations live in frontend_matrices).
 
 Element-wise arithmetic and math, dot/cross/length/normalize, vector locals (one slot per component),
 vector returns of `@sp.func`s and ndarrays of vectors (a trailing storage axis) all become scalar IR, so
@@ -28,26 +29,70 @@ class VecValue:
         return len(self.comps)
 
     @property
+    def shape(self):
+        return (len(self.comps),)
+
+    def with_comps(self, comps):
+        """A value of this one's shape holding `comps` (element-wise results keep matrices matrices)."""
+        return shaped(comps, self.shape)
+
+    @property
     def name(self):
         dtypes = {c.dtype for c in self.comps}
         dt = dtypes.pop() if len(dtypes) == 1 else None
         return T.Vector(self.n, dt).name if dt in (T.f32, T.f64, T.i32, T.u32) else f"{self.n}-vector"
 
 
-class VecSlots:
-    """A vector local: one Alloca per component (named v_0, v_1, ...)."""
-    __slots__ = ("slots",)
+class MatValue(VecValue):
+    """A matrix value in a kernel: `rows * cols` scalar IR statements, row-major (a VecValue with a 2-D shape,
+    so locals, returns, selects and casts of vectors work on matrices unchanged)."""
+    __slots__ = ("rows", "cols")
 
-    def __init__(self, slots):
+    def __init__(self, comps, rows, cols):
+        super().__init__(comps)
+        self.rows, self.cols = rows, cols
+        assert len(self.comps) == rows * cols
+
+    @property
+    def shape(self):
+        return (self.rows, self.cols)
+
+    def row(self, i):
+        return VecValue(self.comps[i * self.cols:(i + 1) * self.cols])
+
+    def at(self, i, j):
+        return self.comps[i * self.cols + j]
+
+    @property
+    def name(self):
+        dtypes = {c.dtype for c in self.comps}
+        dt = dtypes.pop() if len(dtypes) == 1 else None
+        if dt in (T.f32, T.f64, T.i32, T.u32):
+            return T.Matrix(self.rows, self.cols, dt).name
+        return f"{self.rows}x{self.cols} matrix"
+
+
+def shaped(comps, shape):
+    """A VecValue (1-D shape) or MatValue (2-D shape) of `comps`."""
+    return MatValue(comps, *shape) if len(shape) == 2 else VecValue(comps)
+
+
+class VecSlots:
+    """A vector (or matrix) local: one Alloca per component (named v_0, v_1, ...)."""
+    __slots__ = ("slots", "shape")
+
+    def __init__(self, slots, shape=None):
         self.slots = tuple(slots)
+        self.shape = shape or (len(self.slots),)
 
 
 class VecArg:
-    """A vector kernel argument: one ScalarParam (push constant) per component."""
-    __slots__ = ("params",)
+    """A vector (or matrix) kernel argument: one ScalarParam (push constant) per component."""
+    __slots__ = ("params", "shape")
 
-    def __init__(self, params):
+    def __init__(self, params, shape=None):
         self.params = tuple(params)
+        self.shape = shape or (len(self.params),)
 
 
 class VectorsMixin:
@@ -66,13 +111,15 @@ class VectorsMixin:
 
     # ---- element-wise operators ----
     def elementwise(self, fn, *args):
-        """`fn` applied per component; vectors must have one width, scalars are broadcast."""
-        widths = {a.n for a in args if isinstance(a, VecValue)}
-        if len(widths) > 1:
+        """`fn` applied per component; vectors (matrices) must have one shape, scalars are broadcast."""
+        shapes = {a.shape for a in args if isinstance(a, VecValue)}
+        if len(shapes) > 1:
             names = " and ".join(sorted({a.name for a in args if isinstance(a, VecValue)}))
-            self.error(f"vector widths differ: {names}")
-        n = widths.pop()
-        return VecValue(fn(*[a.comps[k] if isinstance(a, VecValue) else a for a in args]) for k in range(n))
+            what = "vector widths" if all(len(sh) == 1 for sh in shapes) else "shapes"
+            self.error(f"{what} differ: {names}")
+        like = next(a for a in args if isinstance(a, VecValue))
+        return like.with_comps(fn(*[a.comps[k] if isinstance(a, VecValue) else a for a in args])
+                               for k in range(like.n))
 
     def binop(self, sym, a, b):
         if not isinstance(a, VecValue) and not isinstance(b, VecValue):
@@ -134,6 +181,8 @@ class VectorsMixin:
         """`sp.vec3(a, b, c)`: GLSL-style, from n scalars and vectors in total, or one scalar broadcast."""
         flat = []
         for a in args:
+            if isinstance(a, VecValue) and len(a.shape) == 2:
+                self.error(f"{vtype.name}(...) takes scalars and vectors, got a {a.name}")
             if isinstance(a, VecValue):
                 flat.extend(a.comps)
             elif isinstance(a, (N.Stmt,) + PY_SCALARS):
@@ -145,20 +194,6 @@ class VectorsMixin:
         if len(flat) != vtype.n:
             self.error(f"{vtype.name}(...) needs {vtype.n} components, got {len(flat)}")
         return VecValue(self.cast(c, vtype.dtype) for c in flat)
-
-    def vector_type_call(self, args):
-        """`sp.Vector(n, dtype)` inside a kernel: the type itself, from compile-time arguments."""
-        try:
-            return T.Vector(*args)
-        except TypeError as e:
-            self.error(str(e))
-
-    def component(self, v, k):
-        if isinstance(k, bool) or not isinstance(k, int):
-            self.error(f"a {v.name} can only be indexed with a compile-time integer (use sp.static for loops)")
-        if not -v.n <= k < v.n:
-            self.error(f"index {k} out of range for a {v.name}")
-        return v.comps[k]
 
     def swizzle(self, v, attr):
         if not 1 <= len(attr) <= 4 or any(c not in COMPONENTS for c in attr):
@@ -178,7 +213,7 @@ class VectorsMixin:
     # ---- dot, cross, length, normalize ----
     def vector_builtin(self, name, args):
         want = 1 if name in ("length", "normalize") else 2
-        if len(args) != want or not all(isinstance(a, VecValue) for a in args):
+        if len(args) != want or not all(isinstance(a, VecValue) and len(a.shape) == 1 for a in args):
             self.error(f"sp.{name} takes {want} vector argument{'s' if want > 1 else ''}")
         if name == "dot":
             return self.dot(*args)
@@ -202,32 +237,37 @@ class VectorsMixin:
             acc = self.binop("+", acc, p)
         return acc
 
-    # ---- ndarrays of vectors: a trailing storage axis of `width` components ----
+    # ---- ndarrays of vectors (matrices): trailing storage axes of the element's shape ----
+    def array_element_shape(self, arr):
+        return self.vector_arrays.get(arr, ())
+
     def array_width(self, arr):
-        return self.vector_arrays.get(arr, 0)
+        return int(np.prod(self.array_element_shape(arr))) if arr in self.vector_arrays else 0
 
     def user_ndim(self, arr):
-        return arr.ndim - (1 if self.array_width(arr) else 0)
+        return arr.ndim - len(self.array_element_shape(arr))
 
     def is_vector_element(self, arr, idx):
-        return bool(self.array_width(arr)) and len(idx) == arr.ndim - 1
+        return bool(self.array_width(arr)) and len(idx) == self.user_ndim(arr)
 
     def component_indices(self, arr, idx):
-        return [idx + (self.const(k),) for k in range(self.array_width(arr))]
+        return [idx + tuple(self.const(k) for k in ks) for ks in np.ndindex(*self.array_element_shape(arr))]
 
     def load_element(self, arr, field, idx):
         if self.is_vector_element(arr, idx):
-            return VecValue(self.emit(N.GlobalLoad(arr, i, field)) for i in self.component_indices(arr, idx))
+            comps = [self.emit(N.GlobalLoad(arr, i, field)) for i in self.component_indices(arr, idx)]
+            return shaped(comps, self.array_element_shape(arr))
         return self.emit(N.GlobalLoad(arr, idx, field))
 
     def element_values(self, arr, value):
-        """The per-component values stored into a vector element (a scalar is broadcast)."""
-        n = self.array_width(arr)
+        """The per-component values stored into a vector (matrix) element (a scalar is broadcast)."""
+        shape = self.array_element_shape(arr)
         if isinstance(value, VecValue):
-            if value.n != n:
-                self.error(f"cannot store a {value.name} into an array of {n}-vectors")
+            if value.shape != shape:
+                what = f"{shape[0]}-vectors" if len(shape) == 1 else f"{shape[0]}x{shape[1]} matrices"
+                self.error(f"cannot store a {value.name} into an array of {what}")
             return [self.cast(c, arr.dtype) for c in value.comps]
-        return [self.cast(value, arr.dtype)] * n
+        return [self.cast(value, arr.dtype)] * self.array_width(arr)
 
     def store_element(self, arr, field, idx, value):
         if not self.is_vector_element(arr, idx):
@@ -244,20 +284,22 @@ class VectorsMixin:
         old = []
         for i, v in zip(self.component_indices(arr, idx), self.element_values(arr, value)):
             old.append(self.emit(N.AtomicRMW(op, arr, i, self.unary("-", v) if negate else v, field)))
-        return VecValue(old)
+        return shaped(old, self.array_element_shape(arr))
 
     # ---- vector locals ----
     def load_vector_slots(self, name, slots):
         self.check_same_task(name, slots)
-        return VecValue(self.emit(N.LocalLoad(s)) for s in slots.slots)
+        return shaped([self.emit(N.LocalLoad(s)) for s in slots.slots], slots.shape)
 
     def assign_vector_name(self, name, cur, value):
         if isinstance(cur, VecSlots):
             if not isinstance(value, VecValue):
-                self.error(f"local '{name}' holds a vector; assigning a scalar to it is not supported "
-                           f"(build a vector, e.g. sp.vec{len(cur.slots)}(s))")
-            if value.n != len(cur.slots):
-                self.error(f"local '{name}' holds a {len(cur.slots)}-vector; cannot assign a {value.name}")
+                what = "vector" if len(cur.shape) == 1 else "matrix"
+                self.error(f"local '{name}' holds a {what}; assigning a scalar to it is not supported "
+                           f"(build a {what}, e.g. sp.vec{len(cur.slots)}(s))")
+            if value.shape != cur.shape:
+                have = f"{cur.shape[0]}-vector" if len(cur.shape) == 1 else "{}x{} matrix".format(*cur.shape)
+                self.error(f"local '{name}' holds a {have}; cannot assign a {value.name}")
             for k, (slot, c) in enumerate(zip(cur.slots, value.comps)):
                 self.store_local(f"{name}[{k}]", slot, c)
             return
@@ -271,12 +313,7 @@ class VectorsMixin:
             slot = self.new_slot(c.dtype, f"{name}_{k}")
             self.emit(N.LocalStore(slot, c))
             slots.append(slot)
-        return VecSlots(slots)
-
-    def is_local_component(self, target):
-        """Is `target` (a Subscript or Attribute) `v[k]` / `v.x` with `v` a vector local?"""
-        base = target.value
-        return isinstance(getattr(base, "id", None), str) and isinstance(self.scope.names.get(base.id), VecSlots)
+        return VecSlots(slots, value.shape)
 
     def local_component_target(self, target):
         """(name, slot) of the component of a vector local that `v[k]` / `v.x` assigns."""
@@ -296,9 +333,10 @@ class VectorsMixin:
     def vector_ifexp(self, cond, blocks, vals):
         """`a if c else b` with vectors whose branches have side effects: one temporary per component."""
         n = next(v.n for v in vals if isinstance(v, VecValue))
+        shapes = {v.shape for v in vals if isinstance(v, VecValue)}
         per_branch = []
         for v in vals:
-            if isinstance(v, VecValue) and v.n != n:
+            if len(shapes) > 1:
                 self.error(f"vector widths differ: {vals[0].name} and {vals[1].name}")
             per_branch.append(v.comps if isinstance(v, VecValue) else (v,) * n)
         temps = []
@@ -311,7 +349,8 @@ class VectorsMixin:
                 self.emit(N.LocalStore(tmp, self.cast(c, tmp.dtype)))
             self.block = saved
         self.emit(N.If(cond, blocks[0], blocks[1]))
-        return VecValue(self.emit(N.LocalLoad(t)) for t in temps)
+        like = next(v for v in vals if isinstance(v, VecValue))
+        return like.with_comps(self.emit(N.LocalLoad(t)) for t in temps)
 
     # ---- @sp.func returning vectors ----
     def vector_return(self, v):
@@ -320,8 +359,8 @@ class VectorsMixin:
             self.error("a @sp.func must return either scalars or vectors from all its returns, not both")
         if slot is None:
             slot = self.return_slot = self.new_return_slots(v)
-        elif v.n != len(slot.slots):
-            self.error(f"a @sp.func returns vectors of different widths ({len(slot.slots)} and {v.n})")
+        elif v.shape != slot.shape:
+            self.error(f"a @sp.func returns vectors (matrices) of different shapes ({slot.shape} and {v.shape})")
         for s, c in zip(slot.slots, v.comps):
             c = self.typed(c, like=N.Const(0, s.dtype))
             if c.dtype != s.dtype and T.promote(c.dtype, s.dtype) != s.dtype:
@@ -333,8 +372,17 @@ class VectorsMixin:
         slots = []
         for k, c in enumerate(v.comps):
             slots.append(self.new_slot(c.dtype, f"ret_{k}"))
-        return VecSlots(slots)
+        return VecSlots(slots, v.shape)
 
 
 def is_constant_vector(obj):
-    return isinstance(obj, np.ndarray) and obj.ndim == 1 and 2 <= obj.size <= 4 and obj.dtype.kind in "iuf"
+    return _small_numeric(obj) and obj.ndim == 1
+
+
+def is_constant_matrix(obj):
+    return _small_numeric(obj) and obj.ndim == 2
+
+
+def _small_numeric(obj):
+    """A numpy array from the enclosing scope that fits in a kernel value (a compile-time constant)."""
+    return isinstance(obj, np.ndarray) and 1 <= obj.size <= T.MAX_COMPONENTS and obj.dtype.kind in "iuf"

@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import SpvadError, ThreadCountError
 from . import nodes as N
 from .ops import Op
+from .print_format import append_record, value_bits
 
 
 class InterpError(SpvadError):
@@ -169,6 +170,7 @@ EVAL = {
     Op.NEG: _arith(lambda a: -a, lambda a: -a),
     Op.ABS: _arith(abs, np.abs),
     Op.SIGN: _sign,
+    Op.STOP_GRADIENT: lambda dt, a: a,
     # transcendental: computed in f32, also for f64 (GLSL.std.450 has them for 16/32-bit floats only)
     Op.SIN: _in_f32(np.sin), Op.COS: _in_f32(np.cos), Op.TAN: _in_f32(np.tan),
     Op.ASIN: _in_f32(np.arcsin), Op.ACOS: _in_f32(np.arccos), Op.ATAN: _in_f32(np.arctan),
@@ -380,6 +382,8 @@ class _Thread:
             return _BREAK
         elif isinstance(s, N.Continue):
             return _CONTINUE
+        elif isinstance(s, N.Print):
+            self.run.print(s, [env[v] for v in s.values])
         else:
             self.adstack(s)
         return None
@@ -413,9 +417,9 @@ class _Thread:
 
 
 class _TaskRun:
-    def __init__(self, kernel, task, buffers, scalars, flags, capacities, shapes):
+    def __init__(self, kernel, task, buffers, scalars, flags, capacities, shapes, prints=None):
         self.kernel, self.task, self.buffers, self.scalars, self.flags = kernel, task, buffers, scalars, flags
-        self.capacities, self.shapes = capacities, shapes
+        self.capacities, self.shapes, self.prints = capacities, shapes, prints
         self.stack_index = {st: k for k, st in enumerate(N.adstacks_of(task))}
 
     def buffer(self, array, field):
@@ -433,6 +437,14 @@ class _TaskRun:
             if (array.index, f) in self.buffers:
                 return self.buffers[(array.index, f)].shape
         raise InterpError(f"no buffer for array {array.name}")
+
+    def print(self, s, values):
+        """Append the record of Print `s` to the print buffer (ir/print_format.py); no buffer: nothing."""
+        if self.prints is not None:
+            words = [s.format_id]
+            for v, dt in zip(values, (v.dtype for v in s.values)):
+                words += value_bits(v, dt)
+            append_record(self.prints, words)
 
     def overflow(self, stack, depth):
         if self.flags is None:
@@ -455,10 +467,10 @@ def run_kernel(kernel, buffers, scalars, flags=None):
         run_task(kernel, task, buffers, scalars, shapes, flags[t] if isinstance(flags, (list, tuple)) else flags)
 
 
-def run_task(kernel, task, buffers, scalars, shapes, flags=None, capacities=None):
+def run_task(kernel, task, buffers, scalars, shapes, flags=None, capacities=None, prints=None):
     """Run one task of `kernel` over all its threads (see run_kernel); `capacities`: spec id -> capacity of
-    the adstacks sized at launch."""
-    run = _TaskRun(kernel, task, buffers, scalars, flags, capacities or {}, shapes)
+    the adstacks sized at launch; `prints`: the u32 print buffer its Print statements append to, or None."""
+    run = _TaskRun(kernel, task, buffers, scalars, flags, capacities or {}, shapes, prints)
     # Header values do not dominate the body (the body recomputes what it needs).
     for tid in range(eval_num_threads(task, scalars, shapes)):
         _Thread(run, tid).block(task.body)

@@ -236,6 +236,23 @@ class AtomicRMW(Stmt):
         return self.array.dtype
 
 
+# ---- output -------------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Print(Stmt):
+    """`print(...)` in a kernel: a record of the format `pieces` (ir/print_format.py) and the scalar `values`
+    its slots take, appended to the launch's print buffer; the host prints its text at the next sync.
+    Derivative kernels leave it out (a gradient launch prints nothing)."""
+    pieces: tuple
+    values: tuple
+    VALUE_FIELDS = ("values",)
+    HAS_SIDE_EFFECTS = True   # writes the print buffer
+
+    @property
+    def format_id(self):
+        from .print_format import format_id
+        return format_id(self.pieces, [v.dtype for v in self.values])
+
+
 # ---- control flow -------------------------------------------------------------------------------------
 @dataclass(eq=False)
 class RangeFor(Stmt):
@@ -346,6 +363,43 @@ class AdStackAccAdjoint(Stmt):
     value: Stmt
     VALUE_FIELDS = ("stack", "value")
     READS_MEMORY = HAS_SIDE_EFFECTS = True
+
+
+# ---- derivatives inside kernels (sp.grad & co; expanded by autodiff/inline_derivatives.py, the first pass) --
+@dataclass(eq=False)
+class Derivative(Stmt):
+    """Forward-mode derivative of `body` (an inlined @sp.func) in `width` tangent directions at once. Inside
+    `body`, Seed statements are its active inputs and Tangent statements read tangents; results leave
+    through local slots stored in `body`. No other pass sees this node: the first one expands it."""
+    body: Block
+    width: int
+    BLOCK_FIELDS = ("body",)
+    HAS_SIDE_EFFECTS = True
+
+
+@dataclass(eq=False)
+class Seed(Stmt):
+    """Inside a Derivative: `value` (defined before it) as an active input, whose tangent in direction j is
+    `tangents[j]` (a Const zero: none)."""
+    value: Stmt
+    tangents: tuple
+    VALUE_FIELDS = ("value", "tangents")
+
+    @property
+    def dtype(self):
+        return self.value.dtype
+
+
+@dataclass(eq=False)
+class Tangent(Stmt):
+    """Inside a Derivative: the tangent of `value` in direction `direction` of the innermost Derivative."""
+    value: Stmt
+    direction: int
+    VALUE_FIELDS = ("value",)
+
+    @property
+    def dtype(self):
+        return self.value.dtype
 
 
 # ---- kernels ------------------------------------------------------------------------------------------

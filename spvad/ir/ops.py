@@ -14,6 +14,7 @@ class Op(enum.Enum):
     NEG = "neg"
     ABS = "abs"
     SIGN = "sign"
+    STOP_GRADIENT = "stop_gradient"   # the identity, with no derivative (sp.stop_gradient)
     # unary, float only
     SIN = "sin"
     COS = "cos"
@@ -83,7 +84,7 @@ class Op(enum.Enum):
     ATOMIC_MIN = "atomic_min"
 
 
-UNARY_SAME = {Op.NEG, Op.ABS, Op.SIGN}
+UNARY_SAME = {Op.NEG, Op.ABS, Op.SIGN, Op.STOP_GRADIENT}
 UNARY_FLOAT = {Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.TANH, Op.EXP,
                Op.LOG, Op.LOG2, Op.EXP2, Op.LOG10, Op.EXPM1, Op.LOG1P, Op.SQRT, Op.RSQRT, Op.FLOOR, Op.CEIL,
                Op.ROUND}

@@ -48,6 +48,8 @@ def _head(s):
         return f"store {_access(s)} {_v(s.value)}"
     if isinstance(s, N.AtomicRMW):
         return f"{_v(s)} = {s.op.value} {s.dtype} {_access(s)} {_v(s.value)}"
+    if isinstance(s, N.Print):
+        return f"print {s.pieces!r} {' '.join(_v(v) for v in s.values)}".rstrip()
     if isinstance(s, N.RangeFor):
         return f"{_v(s)} = for range({_v(s.begin)}, {_v(s.end)}, {s.step}){_exit(s)}:"
     if isinstance(s, N.While):
@@ -71,6 +73,12 @@ def _head(s):
         return f"{_v(s)} = adstack_load_top_adj {s.dtype} {_v(s.stack)}"
     if isinstance(s, N.AdStackAccAdjoint):
         return f"adstack_acc_adjoint {_v(s.stack)} {_v(s.value)}"
+    if isinstance(s, N.Derivative):
+        return f"{_v(s)} = derivative width={s.width}:"
+    if isinstance(s, N.Seed):
+        return f"{_v(s)} = seed {s.dtype} {_v(s.value)} tangents({', '.join(_v(t) for t in s.tangents)})"
+    if isinstance(s, N.Tangent):
+        return f"{_v(s)} = tangent {s.dtype} {_v(s.value)} direction={s.direction}"
     return f"<{type(s).__name__} {_v(s)}>"
 
 

@@ -1,5 +1,7 @@
 """IR verifier: checks the invariants every pass must keep (dominance, types, structure) and raises
 IRVerifyError naming the kernel, the task and the printed statement."""
+import math
+
 import numpy as np
 
 from .. import types as T
@@ -28,6 +30,7 @@ class _Verifier:
         self.kernel, self.task, self.seen = kernel, task, seen
         self.defined = set()    # values visible at the current point (dominating definitions)
         self.loops = []         # enclosing RangeFor/While, innermost last
+        self.derivatives = []   # enclosing Derivative statements and the loop depth at each, innermost last
         self.part = "header"
 
     def fail(self, msg, stmt=None):
@@ -179,6 +182,17 @@ class _Verifier:
             self.fail("atomics do not apply to bool arrays", s)
         self.dtype_is(s.value, s.array.dtype, "the atomic operand", s)
 
+    # ---- output ----
+    def check_Print(self, s):
+        if not isinstance(s.pieces, tuple) or not isinstance(s.values, tuple):
+            self.fail("a print's pieces and values must be tuples", s)
+        slots = [p for p in s.pieces if not isinstance(p, str)]
+        if any(not (isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], str)) for p in slots):
+            self.fail(f"a print piece must be text or (shape, spec), got {s.pieces!r}", s)
+        wanted = sum(math.prod(shape) for shape, _ in slots)
+        if wanted != len(s.values):
+            self.fail(f"the print's format takes {wanted} values, it has {len(s.values)}", s)
+
     # ---- control flow ----
     def check_RangeFor(self, s):
         self.dtype_is(s.begin, T.i32, "a loop bound", s)
@@ -211,6 +225,8 @@ class _Verifier:
     def check_Break(self, s):
         if not self.loops:
             self.fail("break outside a loop", s)
+        if self.derivatives and len(self.loops) == self.derivatives[-1][1]:
+            self.fail("a break would leave a derivative's body", s)
 
     check_Continue = check_Break
 
@@ -235,3 +251,29 @@ class _Verifier:
         self.dtype_is(s.value, s.stack.dtype, "the accumulated adjoint", s)
 
     check_AdStackPop = check_AdStackLoadTop = check_AdStackLoadTopAdj = stack_op
+
+    # ---- derivatives inside kernels (before autodiff/inline_derivatives.py) ----
+    def check_Derivative(self, s):
+        if not isinstance(s.width, int) or s.width < 1:
+            self.fail(f"a derivative's width must be a positive int, got {s.width!r}", s)
+        self.derivatives.append((s, len(self.loops)))
+        self.block(s.body)
+        self.derivatives.pop()
+
+    def check_Seed(self, s):
+        if not self.derivatives:
+            self.fail("a seed outside a derivative", s)
+        if len(s.tangents) != self.derivatives[-1][0].width:
+            self.fail(f"a seed needs {self.derivatives[-1][0].width} tangents, got {len(s.tangents)}", s)
+        if not s.dtype.is_float:
+            self.fail(f"a seed must be a float, got {s.dtype}", s)
+        for t in s.tangents:
+            self.dtype_is(t, s.dtype, "a seed's tangent", s)
+
+    def check_Tangent(self, s):
+        if not self.derivatives:
+            self.fail("a tangent outside a derivative", s)
+        if not 0 <= s.direction < self.derivatives[-1][0].width:
+            self.fail(f"tangent direction {s.direction} out of range", s)
+        if not s.dtype.is_float:
+            self.fail(f"a tangent must be a float, got {s.dtype}", s)

@@ -5,6 +5,7 @@ from .. import runtime
 from ..spirv.lower import LOCAL_SIZE_SPEC_ID
 from .device_task import task_on_device
 from .dispatch import PushPacker, dispatch
+from .prints import print_buffer
 from .replay import BoundReplay, Record, Replay, relaunch, same_threads
 from .versions import bump_versions, companion
 
@@ -45,6 +46,8 @@ def launch(ck, arrays, scalars, extra=(), views=None):
             extra_buffers.append(on_device.flag_buffer())
         if low.stack_heap is not None:
             extra_buffers.append(on_device.stack_heap(low, spec, n))
+        if low.print_binding is not None:
+            extra_buffers.append(print_buffer(rt, low))
         local = low.local_size
         if LOCAL_SIZE_SPEC_ID in low.spec_ids and n <= SMALL_LAUNCH:
             # a narrow group for a small launch (lavapipe runs every lane of a group); one narrow width

@@ -103,6 +103,8 @@ class DeviceTask:
 
     # ---- device-side error flags: adstack overflow, a loop cut short, an out-of-bounds access (debug) ----
     def after_launch(self, spec):
+        if self.ct.lowered.print_binding is not None:   # its lines are printed at the next sync
+            self.rt.prints.after_launch()
         if self.ct.lowered.flag_binding is None:
             return
         self.last_spec = spec

@@ -6,6 +6,7 @@ import numpy as np
 from .. import runtime
 from .. import types as T
 from ..ir.frontend import VectorArgSpec
+from ..ir.frontend_random import random_key_index
 from .versions import bump_versions, companion
 
 
@@ -19,6 +20,7 @@ class Replay:
     def __init__(self, args, specs, scalars, records, ck):
         self.rt = runtime.current()
         self.scalars, self.ck = scalars, ck
+        self.draws_random = random_key_index(ck.ir) is not None   # each launch takes a fresh key (kernel.py)
         self.captured = [obj for _, obj in ck.captured]
         self.args = tuple(weakref.ref(a) if getattr(a, "_spvad_ndarray", False) else a for a in args)
         self.positions = [k for k, a in enumerate(args) if getattr(a, "_spvad_ndarray", False)]

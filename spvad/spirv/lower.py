@@ -8,10 +8,12 @@ from dataclasses import dataclass
 
 from .. import types as T
 from ..errors import SpvadError
+from ..ir.print_format import formats_of
 from . import lower_coarse
 from .lower_adstack import AdStacks
 from .lower_memory import Memory, plan_layout
 from .lower_ops import LOWER
+from .lower_print import lower_print
 from .module import Module
 from .spec import (BuiltIn, Capability, Decoration, ExecutionMode, ExecutionModel, LoopControl, Op,
                    SelectionControl, StorageClass)
@@ -45,6 +47,8 @@ class LoweredTask:
     per_thread: int = 1         # elements each thread handles (4: an elementwise task, lower_coarse.py)
     rest: bool = False          # the module of a coarsened task's last n % 4 elements, one per thread
     tail: object = None         # a coarsened task's `rest` module, dispatched after it when n % 4 != 0
+    print_binding: int = None   # binding of the print buffer (lower_print.py), bound last, or None
+    print_formats: tuple = ()   # (format id, pieces, value dtypes) of each Print, for the host's decoding
 
     def threads(self, n):
         """Threads a launch of `n` elements (the task header's count) needs."""
@@ -52,7 +56,8 @@ class LoweredTask:
 
     @property
     def num_buffers(self):
-        return len(self.bindings) + (self.flag_binding is not None) + (self.stack_heap is not None)
+        return len(self.bindings) + (self.flag_binding is not None) + (self.stack_heap is not None) + (
+            self.print_binding is not None)
 
     @property
     def code(self):
@@ -209,7 +214,8 @@ class _Lowerer:
             local_size=self.local_size, adstacks=list(lay.adstacks),
             spec_ids={k: v[0] for k, v in self.spec_ids.items()}, homes=lay.homes, stack_heap=lay.heap,
             flag_words=lay.flag_words, bounds_word=lay.bounds_word, bounds_sites=lay.bounds_sites,
-            bounds_axes=lay.bounds_axes, per_thread=lay.per_thread, rest=self.rest)
+            bounds_axes=lay.bounds_axes, per_thread=lay.per_thread, rest=self.rest,
+            print_binding=lay.print_binding, print_formats=formats_of(self.task))
 
     # ---- statements ----
     def block(self, block):
@@ -369,6 +375,9 @@ class _Lowerer:
 
     def lower_Continue(self, s):
         self.f.emit_void(Op.OpBranch, self.loops[-1][1])
+
+    def lower_Print(self, s):
+        lower_print(self, s)
 
     # ---- adstacks ----
     def lower_AdStackAlloca(self, s):

@@ -44,10 +44,18 @@ class Layout:
     site_index: dict = field(default_factory=dict)    # bounds-checked access -> its site number
     bounds_sites: tuple = ()                          # lower_bounds.site_of of each site, in site order
     bounds_axes: int = 0                              # most axes of a checked array (record size)
+    prints: bool = False                              # the task prints: the print buffer is bound last
 
     @property
     def flag_binding(self):
         return len(self.bindings) if self.adstacks or self.loop_check or self.bounds_sites else None
+
+    @property
+    def print_binding(self):
+        """Binding of the print buffer (lower_print.py), after the arrays, flags and stack heap; or None."""
+        if not self.prints:
+            return None
+        return len(self.bindings) + (self.flag_binding is not None) + (self.heap is not None)
 
     @property
     def loop_cut_word(self):
@@ -82,6 +90,7 @@ def plan_layout(kernel, task, features, homes=None, bounds_check=False, coarsen=
         raise ValueError(f"task {task.name}: homes {lay.homes!r} for {len(lay.adstacks)} adstacks")
     lay.adjoint_stacks = stacks_with_adjoint(task)
     lay.per_thread = WIDTH if coarsen and coarsenable(task, bounds_check) else 1
+    lay.prints = any(isinstance(s, N.Print) for s in N.walk(task.body))
     lay.loop_check = bool(features.get("loop_iteration_cap")) and any(
         isinstance(s, (N.RangeFor, N.While)) for s in N.walk(task.body))
     scalars, shapes = set(), set()
@@ -150,6 +159,8 @@ class Memory:
             self.flag = self.buffer_variable(self.u32, layout.flag_binding, "adstack_flags")
         if layout.heap is not None:
             self.heap = self.buffer_variable(self.u32, layout.heap.binding, "adstack_heap")
+        if layout.print_binding is not None:
+            self.prints = self.buffer_variable(self.u32, layout.print_binding, "print_buffer")
         self.push_var = None
         if layout.push_fields:
             members = [L.storage_ty(pf[-1]) for pf in layout.push_fields]

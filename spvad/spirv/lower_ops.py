@@ -210,6 +210,7 @@ LOWER = {
     IROp.NEG: _kinds(f=_op(Op.OpFNegate), i=_op(Op.OpSNegate), u=_op(Op.OpSNegate)),
     IROp.ABS: _kinds(f=_glsl(GLSL.FAbs), i=_glsl(GLSL.SAbs), u=_same),
     IROp.SIGN: _kinds(f=_glsl(GLSL.FSign), i=_glsl(GLSL.SSign), u=_u_sign),
+    IROp.STOP_GRADIENT: _same,   # the identity: its operand's id
     IROp.SIN: _glsl(GLSL.Sin, narrow=True),
     IROp.COS: _glsl(GLSL.Cos, narrow=True),
     IROp.TAN: _glsl(GLSL.Tan, narrow=True),

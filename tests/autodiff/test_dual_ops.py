@@ -316,8 +316,13 @@ def z_int(a):
     return float(int(a * 5.0)) + sp.cast(sp.cast(a * 7.0, sp.i32) % 3, sp.f32)
 
 
+@sp.func
+def z_stop_gradient(a):
+    return sp.stop_gradient(a * a) * 2.0
+
+
 # name -> (the ops of ZERO_GRADIENT the row exercises, kernel function)
-ZERO = {"floor": ({Op.FLOOR}, z_floor), "ceil": ({Op.CEIL}, z_ceil), "round": ({Op.ROUND}, z_round),
+ZERO = {"stop_gradient": ({Op.STOP_GRADIENT}, z_stop_gradient), "floor": ({Op.FLOOR}, z_floor), "ceil": ({Op.CEIL}, z_ceil), "round": ({Op.ROUND}, z_round),
         "sign": ({Op.SIGN}, z_sign), "floordiv": ({Op.FLOORDIV}, z_floordiv),
         "compare": ({Op.GT, Op.LE, Op.LT, Op.GE, Op.EQ, Op.NE}, z_compare), "int": (set(), z_int)}
 

@@ -159,7 +159,7 @@ TRAITS = {
     "READS_MEMORY": {N.LocalLoad, N.GlobalLoad, N.AtomicRMW, N.AdStackLoadTop, N.AdStackLoadTopAdj,
                      N.AdStackAccAdjoint},
     "HAS_SIDE_EFFECTS": {N.Alloca, N.LocalStore, N.GlobalStore, N.AtomicRMW, N.AdStackAlloca, N.AdStackPush,
-                         N.AdStackPop, N.AdStackAccAdjoint},
+                         N.AdStackPop, N.AdStackAccAdjoint, N.Print, N.Derivative},
     "WRITES_ARRAY": {N.GlobalStore, N.AtomicRMW},
     "ACCESSES_ARRAY": {N.GlobalLoad, N.GlobalStore, N.AtomicRMW},
     "HEADER_OK": {N.Const, N.ScalarArg, N.ArrayShape, N.Compute},

@@ -33,7 +33,7 @@ def recurse(v):
 def return_in_the_middle(v):
     if v > 0:
         return 1.0
-    return 2.0
+    v = v * 2.0
 
 
 @sp.kernel
@@ -187,7 +187,7 @@ COMPILE_ERRORS = [
     (wrong_index_count, "x[i, 0] = 1.0", "indexed with 2"),
     (float_index, "x[i] = x[x[i]]", "integers"),
     (dynamic_step, "for j in range(0, 4, s):", "step"),
-    (early_func_return, "return 1.0", "return is only supported at the end"),
+    (early_func_return, "v = v * 2.0", "returns a value on some paths but None"),
     (loop_index_after_loop, "x[i] = k", "loop index 'k'"),
     (local_of_other_dispatch, "x[i] = v", "another top-level statement"),
     (bitwise_on_float, "x[i] = x[i] & 1", "needs integers"),

@@ -121,7 +121,8 @@ def _run(pipeline, memory, push):
         n = math.prod(shapes[ai])
         buffers[(ai, field)] = mem[: n * dtype.itemsize].view(dtype).reshape(shapes[ai])
     flags = memory[prog.flag_binding].view(np.uint32) if prog.flag_binding is not None else None
+    prints = memory[prog.print_binding].view(np.uint32) if prog.print_binding is not None else None
     try:
-        run_task(kernel, prog.task, buffers, scalars, shapes, flags, pipeline.capacities)
+        run_task(kernel, prog.task, buffers, scalars, shapes, flags, pipeline.capacities, prints)
     except InterpError as e:
         raise DeviceError(f"kernel {pipeline.name} ({prog.task.name}) on the interpreter: {e}") from None

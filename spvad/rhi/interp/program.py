@@ -8,6 +8,7 @@ import struct
 from dataclasses import dataclass
 
 from ...ir import nodes as N
+from ...ir.print_format import formats_of
 from ...spirv.lower_adstack import FUNCTION
 
 _PUSH_CODES = {"f32": "f", "f64": "d", "i32": "i", "u32": "I", "u1": "I"}
@@ -34,10 +35,12 @@ class InterpTask:
     per_thread: int = 1         # one element per thread: the interpreter runs the IR as written
     tail: object = None
     rest: bool = False
+    print_binding: object = None   # binding of the print buffer (ir/print_format.py), last; or None
+    print_formats: tuple = ()      # (format id, pieces, value dtypes) of each Print
 
     @property
     def num_buffers(self):
-        return len(self.bindings) + (self.flag_binding is not None)
+        return len(self.bindings) + (self.flag_binding is not None) + (self.print_binding is not None)
 
     @property
     def code(self):
@@ -58,7 +61,9 @@ def lower_for_interp(kernel, task, *, local_size=1, homes=None):
     fields += [("shape", ai, axis, None) for ai in shaped for axis in range(kernel.arrays[ai].ndim)]
     fmt = "<" + "".join(_PUSH_CODES[f[2].name] if f[0] == "scalar" else "i" for f in fields)
     stacks = N.adstacks_of(task)
+    formats = formats_of(task)
     return InterpTask(kernel, task, bindings, fields, fmt, struct.calcsize(fmt) if fields else 0,
                       local_size, stacks, len(bindings) if stacks else None,
                       N.FLAG_WORDS_HEADER + len(stacks) + 1 if stacks else 0,
-                      tuple(homes) if homes else (FUNCTION,) * len(stacks), {})
+                      tuple(homes) if homes else (FUNCTION,) * len(stacks), {},
+                      print_binding=len(bindings) + bool(stacks) if formats else None, print_formats=formats)

@@ -50,11 +50,13 @@ class MslProgram:
 
 def translate(lowered, name="kernel"):
     """MslProgram of a LoweredTask (compiled with METAL_FEATURES for valid MSL). Its bindings are the arrays,
-    then the adstack flag buffer, then the adstack heap (buffer-home stacks), numbered without gaps."""
+    then the adstack flag buffer, then the adstack heap (buffer-home stacks), then the print buffer
+    (kernel print), numbered without gaps."""
     extra = [("flag buffer", lowered.flag_binding)]
     heap = getattr(lowered, "stack_heap", None)
     if heap is not None:
         extra.append(("adstack heap", heap.binding))
+    extra.append(("print buffer", getattr(lowered, "print_binding", None)))
     expected = len(lowered.bindings)
     for what, binding in extra:
         if binding is not None:

@@ -1,0 +1,184 @@
+"""Expand derivatives inside kernels (Derivative statements from ir/frontend_derivatives.py) into plain IR.
+
+Forward mode with `width` tangents per value at once (Enzyme's vector mode), built from the partials table
+kernel-level autodiff uses (rules.py). Tangents are computed in program order next to their primal values,
+so loops (dynamic bounds, while, break/continue) and branches need no adstack; a local slot's tangents are
+local slots too. This is the first pass of every compile: the passes after it, kernel-level reverse and
+forward mode included, see ordinary code (second derivatives). Nested Derivatives (a hessian, a func
+calling sp.grad) expand innermost first.
+"""
+from ..ir import nodes as N
+from ..ir.emit import Emitter
+from ..ir.ops import Op
+from .rules import NOT_DIFFERENTIABLE, partials
+
+
+def expand_derivatives(kernel):
+    """Replace every Derivative statement of `kernel` by plain IR, in place; returns the kernel."""
+    for task in kernel.tasks:
+        slots = []   # tangent slots: declared at the top of the task, like the frontend's locals
+        if _expand_block(task.body, slots):
+            task.body.stmts[0:0] = slots
+    return kernel
+
+
+def _expand_block(block, slots):
+    """Expand the Derivatives in `block` (those nested in others first); whether there was any."""
+    out, found = [], False
+    for s in block.stmts:
+        for b in s.blocks():
+            found |= _expand_block(b, slots)
+        if isinstance(s, N.Derivative):
+            out.extend(_VectorForward(s, slots).run())
+            found = True
+        else:
+            out.append(s)
+    block.stmts[:] = out
+    return found
+
+
+def _is_zero(v):
+    return isinstance(v, N.Const) and v.value == 0
+
+
+def _differentiable(s):
+    return isinstance(s, N.Compute) and s.dtype.is_float and s.op not in NOT_DIFFERENTIABLE
+
+
+class _Directions:
+    """For each value and slot of a Derivative's body, the directions in which its tangent can be nonzero
+    (reached from a Seed with a nonzero tangent there) and is needed (it flows into a Tangent). Values and
+    slots outside both get no tangent work at all."""
+
+    def __init__(self, deriv):
+        stmts = list(N.walk(deriv.body))
+        needed = self._needed(stmts)
+        dirs = {}
+        changed = True
+        while changed:   # a fixed point: loops feed slots back into themselves
+            changed = False
+            for s in stmts:
+                if isinstance(s, N.Seed):
+                    new = {j for j, t in enumerate(s.tangents) if not _is_zero(t)}
+                elif _differentiable(s):
+                    new = set().union(*(dirs.get(a, ()) for a in s.args))
+                elif isinstance(s, N.LocalLoad) and s.dtype.is_float:
+                    new = dirs.get(s.slot, set())
+                elif isinstance(s, N.LocalStore) and s.slot.dtype.is_float:
+                    s, new = s.slot, dirs.get(s.value, set())
+                else:
+                    continue
+                if not new <= dirs.get(s, set()):
+                    dirs[s] = dirs.get(s, set()) | new
+                    changed = True
+        self.dirs = {s: d for s, d in dirs.items() if s in needed and d}
+
+    @staticmethod
+    def _needed(stmts):
+        """Values and slots some Tangent reads through (backwards, to a fixed point)."""
+        needed = {s.value for s in stmts if isinstance(s, N.Tangent)}
+        changed = True
+        while changed:
+            changed = False
+            for s in reversed(stmts):
+                if _differentiable(s) and s in needed:
+                    new = [a for a in s.args if a.dtype.is_float]
+                elif isinstance(s, N.LocalLoad) and s in needed:
+                    new = [s.slot]
+                elif isinstance(s, N.LocalStore) and s.slot in needed:
+                    new = [s.value]
+                else:
+                    continue
+                for v in new:
+                    if v not in needed:
+                        needed.add(v)
+                        changed = True
+        return needed
+
+    def of(self, s):
+        return self.dirs.get(s, ())
+
+
+class _VectorForward(Emitter):
+    """The statements replacing one Derivative: its body, in place, with each active value followed by its
+    tangents (`tangents[value][direction]`), Seeds replaced by their values and Tangents by the tangents."""
+
+    def __init__(self, deriv, slots):
+        super().__init__()
+        self.deriv, self.slots = deriv, slots
+        self.dirs = _Directions(deriv)
+        self.subst = {}      # Seed -> its value; Tangent -> the tangent it reads
+        self.tangents = {}   # value -> {direction: tangent value}
+        self.tangent_slots = {}   # slot -> {direction: Alloca}
+
+    def run(self):
+        self.block, self.loc = N.Block(), self.deriv.loc
+        for slot, dirs in self.dirs.dirs.items():
+            if isinstance(slot, N.Alloca):
+                self.tangent_slots[slot] = {}
+                for j in sorted(dirs):
+                    t = self.tangent_slots[slot][j] = N.Alloca(slot.dtype, f"tangent{j}_{slot.name}")
+                    t.loc = slot.loc
+                    self.slots.append(t)
+                    # what a slot held before the derivative is a constant of it
+                    self.emit(N.LocalStore(t, self.const(0.0, slot.dtype)))
+        self.stmts(self.deriv.body.stmts)
+        return self.block.stmts
+
+    def stmts(self, stmts):
+        for s in stmts:
+            self.loc = s.loc
+            if isinstance(s, N.Seed):
+                self.subst[s] = self.subst.get(s.value, s.value)
+                self.tangents[s] = {j: s.tangents[j] for j in self.dirs.of(s)}
+                continue
+            if isinstance(s, N.Tangent):
+                t = self.tangents.get(s.value, {}).get(s.direction)
+                self.subst[s] = self.const(0.0, s.dtype) if t is None else self.cast(t, s.dtype)
+                continue
+            original = {name: getattr(s, name) for name in s.VALUE_FIELDS}
+            s.replace_operands(self.subst)
+            self.block.append(s)
+            for name in s.BLOCK_FIELDS:
+                saved, self.block = self.block, N.Block()
+                self.stmts(getattr(s, name).stmts)
+                setattr(s, name, self.block)
+                self.block = saved
+            self.tangent(s, original)
+
+    def tangent(self, s, original):
+        """Emit the tangents of `s` (its operands as they were before Seeds were replaced: `original`)."""
+        if isinstance(s, N.Alloca) and s in self.tangent_slots:   # zeroes the slot: a constant again
+            for t in self.tangent_slots[s].values():
+                self.emit(N.LocalStore(t, self.const(0.0, t.dtype)))
+        elif isinstance(s, N.Compute):
+            dirs = self.dirs.of(s)
+            if dirs:
+                self.compute_tangents(s, original["args"], dirs)
+        elif isinstance(s, N.LocalLoad) and s.slot in self.tangent_slots:
+            self.tangents[s] = {j: self.emit(N.LocalLoad(t)) for j, t in self.tangent_slots[s.slot].items()
+                                if j in self.dirs.of(s)}
+        elif isinstance(s, N.LocalStore) and s.slot in self.tangent_slots:
+            given = self.tangents.get(original["value"], {})
+            for j, t in self.tangent_slots[s.slot].items():
+                v = given.get(j)
+                self.emit(N.LocalStore(t, self.const(0.0, t.dtype) if v is None else self.cast(v, t.dtype)))
+
+    def compute_tangents(self, s, args, dirs):
+        """tangent_j(out) = sum_i d out / d arg_i * tangent_j(arg_i): the partials once, for all directions."""
+        terms = {}
+        for a, p in zip(args, partials(self, s.op, list(s.args), s)):
+            given = self.tangents.get(a)
+            if p is None or not given:
+                continue
+            p = self.cast(p, s.dtype)
+            for j, t in given.items():
+                if j in dirs:
+                    terms.setdefault(j, []).append(self.compute(Op.MUL, p, self.cast(t, s.dtype)))
+        out = {}
+        for j, ts in terms.items():
+            acc = ts[0]
+            for t in ts[1:]:
+                acc = self.compute(Op.ADD, acc, t)
+            out[j] = acc
+        self.tangents[s] = out

@@ -1,0 +1,170 @@
+"""Vectors and matrices as small local arrays: element reads and writes with runtime indices, list literals.
+
+A value stays scalarised (one IR value or local slot per component), so a runtime index becomes selects:
+a read is `k == 0 ? c0 : k == 1 ? c1 : ...` and a write stores `k == j ? v : old_j` into every slot j.
+No new IR is needed and both autodiff modes stay exact (a select routes the derivative to the chosen
+component). A runtime index outside [0, n) reads component 0 (row 0 / column 0 for matrices) and writes
+nothing; negative runtime indices are out of range (Python's negative indexing holds for constants only).
+"""
+import ast
+
+from .. import types as T
+from . import nodes as N
+from .emit import PY_SCALARS, py_dtype
+from .frontend_vectors import VecSlots, VecValue, shaped
+
+
+class LocalArraysMixin:
+    # ---- keys ----
+    def element_key(self, shape, key, what):
+        """The per-axis indices of `v[key]` for a value of `shape`: ints (checked, negatives wrapped) or i32
+        statements; one index per axis, or only the row for a matrix."""
+        keys = list(key) if isinstance(key, tuple) else [key]
+        if not 1 <= len(keys) <= len(shape):
+            self.error(f"a {what} takes {len(shape)} ind{'ex' if len(shape) == 1 else 'ices'}, got {len(keys)}")
+        out = []
+        for k, n in zip(keys, shape):
+            if isinstance(k, VecValue) or isinstance(k, (float, bool)) or (
+                    isinstance(k, N.Stmt) and not k.dtype.is_int):
+                self.error(f"a {what} index must be an integer")
+            if isinstance(k, int):
+                if not -n <= k < n:
+                    self.error(f"index {k} out of range for a {what}")
+                out.append(k % n)
+            elif isinstance(k, N.Stmt):
+                out.append(self.cast(k, T.i32))
+            else:
+                self.error(f"a {what} index must be an integer, got {type(k).__name__}")
+        return out
+
+    def position_condition(self, keys, position):
+        """Does the index tuple `keys` select `position`? A Python bool when the keys are constants."""
+        cond = True
+        for k, p in zip(keys, position):
+            c = (k == p) if isinstance(k, int) else self.compute(N.Op.EQ, k, self.const(p, T.i32))
+            if c is False:
+                return False
+            cond = c if cond is True else (cond if c is True else self.compute(N.Op.AND, cond, c))
+        return cond
+
+    def choose(self, items, conds):
+        """The item whose condition holds: selects on runtime conditions, the first item when none does."""
+        pairs = [(i, c) for i, c in zip(items, conds) if c is not False]
+        for item, c in pairs:
+            if c is True:
+                return item
+        acc = pairs[0][0]
+        for item, c in pairs[1:]:
+            acc = self.select(c, item, acc)
+        return acc
+
+    # ---- reads ----
+    def read_element(self, v, key):
+        """`v[k]` (a vector component), `M[i, j]` (a matrix element) or `M[i]` (a matrix row)."""
+        keys = self.element_key(v.shape, key, v.name)
+        rows = v.shape[0]
+        if len(v.shape) == 1:
+            return self.choose(v.comps, [self.position_condition(keys, (j,)) for j in range(rows)])
+        if len(keys) == 1:   # a row
+            return self.choose([v.row(i) for i in range(rows)],
+                               [self.position_condition(keys, (i,)) for i in range(rows)])
+        positions = [(i, j) for i in range(rows) for j in range(v.shape[1])]
+        return self.choose(v.comps, [self.position_condition(keys, p) for p in positions])
+
+    # ---- writes into locals ----
+    def local_array_name(self, target):
+        """The name of the vector / matrix local that `target` (`v[k]`, `M[i, j]`, `M[i][j]`, `v.x`)
+        assigns into, or None."""
+        base = target
+        while isinstance(base, ast.Subscript):
+            base = base.value
+        if isinstance(target, ast.Attribute):
+            base = target.value
+        name = getattr(base, "id", None)
+        return name if isinstance(name, str) and isinstance(self.scope.names.get(name), VecSlots) else None
+
+    def assign_local_element(self, target, value, sym=None):
+        """`v[k] = value` (`sym` None) or `v[k] <sym>= value` into a vector / matrix local, k constant or not."""
+        if isinstance(target, ast.Attribute):   # v.x = ...
+            name, slot = self.local_component_target(target)
+            new = value if sym is None else self.binop(sym, self.emit(N.LocalLoad(slot)), value)
+            return self.store_local(name, slot, new)
+        keys, node = [], target
+        while isinstance(node, ast.Subscript):
+            k = self.visit(node.slice)
+            keys[:0] = list(k) if isinstance(k, tuple) else [k]
+            node = node.value
+        name = node.id
+        slots = self.scope.names[name]
+        self.check_same_task(name, slots)
+        what = shaped([N.Const(0, s.dtype) for s in slots.slots], slots.shape).name
+        keys = self.element_key(slots.shape, tuple(keys), what)
+        if len(slots.shape) == 2 and len(keys) == 1:   # M[i] = row
+            value = self.row_value(value, slots.shape[1], what)
+        for flat, position in enumerate(self.positions(slots.shape)):
+            cond = self.position_condition(keys, position)
+            if cond is False:
+                continue
+            part = value.comps[position[1]] if isinstance(value, VecValue) else value
+            slot = slots.slots[flat]
+            old = self.emit(N.LocalLoad(slot)) if sym is not None or cond is not True else None
+            new = part if sym is None else self.binop(sym, old, part)
+            if isinstance(new, VecValue):
+                self.error(f"cannot store a {new.name} into an element of '{name}'")
+            if cond is not True:
+                new = self.select(cond, new, old)
+            self.store_local(f"{name}[{', '.join(map(str, position))}]", slot, new)
+
+    @staticmethod
+    def positions(shape):
+        return [(j,) for j in range(shape[0])] if len(shape) == 1 else [
+            (i, j) for i in range(shape[0]) for j in range(shape[1])]
+
+    def row_value(self, value, cols, what):
+        if isinstance(value, VecValue) and value.shape != (cols,):
+            self.error(f"a row of a {what} is a {cols}-vector, got a {value.name}")
+        return value
+
+    # ---- list literals ----
+    def list_literal(self, node):
+        """`[a, b, c]`: a local vector; `[[a, b], [c, d]]` (or a list of equal vectors): a matrix."""
+        items = [self.visit(e) for e in node.elts]
+        if not items:
+            self.error("an empty list is not supported in a kernel")
+        if all(isinstance(i, (N.Stmt,) + PY_SCALARS) for i in items):
+            return self.scalar_list(items)
+        if all(isinstance(i, VecValue) and len(i.shape) == 1 for i in items):
+            widths = {i.n for i in items}
+            if len(widths) != 1:
+                self.error("the rows of a matrix literal must have one length")
+            cols = widths.pop()
+            if len(items) * cols > T.MAX_COMPONENTS:
+                self.error(f"a {len(items)}x{cols} matrix has more than {T.MAX_COMPONENTS} components")
+            comps = [c for row in items for c in row.comps]
+            dt = self.common_dtype(comps)
+            return shaped([self.cast(c, dt) for c in comps], (len(items), cols))
+        self.error("a list in a kernel must hold scalars (a vector) or equal-length rows (a matrix)")
+
+    def scalar_list(self, items):
+        if len(items) > T.MAX_COMPONENTS:
+            self.error(f"a local vector holds at most {T.MAX_COMPONENTS} components, got {len(items)}")
+        dt = self.common_dtype(items)
+        return VecValue(self.cast(i, dt) for i in items)
+
+    def common_dtype(self, items):
+        dts = [i.dtype if isinstance(i, N.Stmt) else py_dtype(i) for i in items]
+        dt = dts[0]
+        for d in dts[1:]:
+            dt = T.promote(dt, d) if d != dt else dt
+        return T.i32 if dt.is_bool else dt
+
+    def repeated_list(self, node):
+        """`[x] * n` / `n * [x]` with a compile-time n: Python's list repetition, not a product."""
+        lst, count = (node.left, node.right) if isinstance(node.left, ast.List) else (node.right, node.left)
+        n = self.visit(count)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            self.error("a list can only be repeated a positive compile-time number of times")
+        items = [self.visit(e) for e in lst.elts] * n
+        if not all(isinstance(i, (N.Stmt,) + PY_SCALARS) for i in items):
+            self.error("only lists of scalars can be repeated")
+        return self.scalar_list(items)
