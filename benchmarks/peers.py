@@ -24,9 +24,9 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")   # lavapipe warns without one
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 warnings.filterwarnings("ignore", message=".*Template mapper caching disabled")   # Quadrants, untimed fills
-from workloads import common, compile_latency, elementwise, integrator, launch, limit, mass_spring  # noqa: E402
+from workloads import common, compile_latency, elementwise, integrator, launch, limit, mass_spring, mpm  # noqa: E402
 
-WORKLOADS = (integrator, elementwise, mass_spring, launch, compile_latency)
+WORKLOADS = (integrator, elementwise, mass_spring, mpm, launch, compile_latency)
 ALL_SYSTEMS = common.SYSTEMS + ("numpy",)
 PEERS = {"taichi": ("taichi", "taichi==1.7.4", "1.7.4"), "quadrants": ("quadrants", "quadrants", None)}
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
