@@ -1,5 +1,6 @@
-"""Every ```python block of docs/autodiff.md runs and its asserts hold. Each block is self-contained: it
-is written to its own file (kernels need their source on disk) and run as a script, in a fresh runtime."""
+"""Every ```python block of docs/autodiff.md and docs/language.md runs and its asserts hold. Each block is
+self-contained: it is written to its own file (kernels need their source on disk) and run as a script, in a
+fresh runtime."""
 import pathlib
 import re
 import runpy
@@ -9,16 +10,19 @@ import pytest
 import spvad as sp
 from spvad import runtime
 
-DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "autodiff.md"
-BLOCKS = re.findall(r"^```python\n(.*?)^```", DOC.read_text(), flags=re.S | re.M)
+DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
+BLOCKS = [(doc, block) for doc in ("autodiff.md", "language.md")
+          for block in re.findall(r"^```python\n(.*?)^```", (DOCS / doc).read_text(), flags=re.S | re.M)]
 
 
-def _line(block):
-    return DOC.read_text()[: DOC.read_text().index(block)].count("\n") + 1
+def _line(doc, block):
+    text = (DOCS / doc).read_text()
+    return text[: text.index(block)].count("\n") + 1
 
 
-def test_the_guide_has_examples():
-    assert len(BLOCKS) >= 7
+def test_the_guides_have_examples():
+    assert sum(doc == "autodiff.md" for doc, _ in BLOCKS) >= 7
+    assert sum(doc == "language.md" for doc, _ in BLOCKS) >= 4
 
 
 @pytest.fixture
@@ -37,8 +41,10 @@ def fresh_runtime():
         sp.init()
 
 
-@pytest.mark.parametrize("k", range(len(BLOCKS)), ids=[f"block{k}_line{_line(b)}" for k, b in enumerate(BLOCKS)])
+@pytest.mark.parametrize("k", range(len(BLOCKS)),
+                         ids=[f"{doc[:-3]}_line{_line(doc, b)}" for doc, b in BLOCKS])
 def test_doc_block_runs(k, tmp_path, fresh_runtime):
-    path = tmp_path / f"autodiff_md_block{k}.py"
-    path.write_text(BLOCKS[k])
+    doc, block = BLOCKS[k]
+    path = tmp_path / f"{doc[:-3]}_md_block{k}.py"
+    path.write_text(block)
     runpy.run_path(str(path), run_name="__main__")
