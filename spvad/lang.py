@@ -129,10 +129,25 @@ __all__ += ["random", "randn"]
 
 # derivatives of @sp.func functions inside kernels (ir/frontend_derivatives.py); sp.stop_gradient also
 # stops kernel-level derivatives, and is the identity on the host
-grad = _host_only("grad")
-value_and_grad = _host_only("value_and_grad")
-jacobian = _host_only("jacobian")
-hessian = _host_only("hessian")
+class _Transform:
+    """What `sp.grad(f, argnums)` & co give outside a kernel (`dsdf = sp.grad(sdf)` at module level):
+    kernels may call it, as they call sp.grad(sdf)(...) itself; Python code may not."""
+
+    def __init__(self, name, f, argnums):
+        self._spvad_transform = (name, f, argnums)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"sp.{self._spvad_transform[0]}(f)(...) can only be called inside a kernel or @sp.func")
+
+
+def _transform(name):
+    return _builtin(name, lambda f, argnums=0: _Transform(name, f, argnums))
+
+
+grad = _transform("grad")
+value_and_grad = _transform("value_and_grad")
+jacobian = _transform("jacobian")
+hessian = _transform("hessian")
 jvp = _host_only("jvp")
 vjp = _host_only("vjp")
 stop_gradient = _builtin("stop_gradient", lambda v: v)

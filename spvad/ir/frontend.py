@@ -9,6 +9,7 @@ from .. import types as T
 from . import nodes as N
 from .emit import PY_SCALARS, Emitter
 from .frontend_calls import CallsMixin
+from .frontend_derivatives import Transform
 from .frontend_exprs import ExprsMixin
 from .frontend_linalg import LinalgMixin
 from .frontend_local_arrays import LocalArraysMixin
@@ -238,8 +239,8 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
             if not fresh_ok:
                 self.error(f"cannot assign to '{name}' (a loop index or kernel argument)")
             return self.assign_vector_name(name, cur, value)
-        if isinstance(value, (tuple, N.ArrayParam, FieldRef)) and not isinstance(cur, N.Alloca):
-            self.scope.names[name] = value     # compile-time aliases (tuples, arrays)
+        if isinstance(value, (tuple, N.ArrayParam, FieldRef, Transform)) and not isinstance(cur, N.Alloca):
+            self.scope.names[name] = value     # compile-time aliases (tuples, arrays, `df = sp.grad(f)`)
             return
         if isinstance(cur, N.Alloca):
             self.store_local(name, cur, value)

@@ -30,7 +30,8 @@ class CallsMixin:
             return print_call(self, node)
         kw = {k.arg: self.visit(k.value) for k in node.keywords}
         name = getattr(fn, "_spvad_builtin", None)
-        if name in DERIVATIVE_BUILTINS or isinstance(fn, Transform):   # sp.grad & co: frontend_derivatives.py
+        if name in DERIVATIVE_BUILTINS or isinstance(fn, Transform) or hasattr(fn, "_spvad_transform"):
+            # sp.grad & co, or what they returned (in the kernel or at module level): frontend_derivatives.py
             return derivative_call(self, fn, node, kw)
         if name in ATOMICS:
             return self.atomic_call(ATOMICS[name], node)

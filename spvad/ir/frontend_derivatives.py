@@ -31,6 +31,10 @@ def derivative_call(b, fn, node, kw):
     """The frontend's hook (frontend_calls.visit_Call): a call of one of DERIVATIVE_BUILTINS, or of what
     sp.grad & co returned. `b` is the kernel builder, `kw` the visited keyword arguments."""
     args = [b.visit(a) for a in node.args]
+    made = getattr(fn, "_spvad_transform", None)   # sp.grad(f, argnums) called outside the kernel
+    if made is not None:
+        name, func, argnums = made
+        fn = make_transform(b, name, [func], {"argnums": argnums})
     if isinstance(fn, Transform):
         return apply_transform(b, fn, args, kw)
     name = fn._spvad_builtin

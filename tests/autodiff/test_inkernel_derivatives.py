@@ -548,3 +548,40 @@ def test_stop_gradient_in_derivatives(rng):
     want = P.astype(np.float64).copy()
     want[:, 0] += P[:, 0].astype(np.float64) * P[:, 1]
     close(g.to_numpy(), want, 1e-6)
+
+
+# ---- a transform bound to a name: in the kernel, or once at module level (as JAX users write it) --------
+@sp.func
+def _bumpy(p, r):
+    return sp.length(p) - r + 0.1 * sp.sin(2.0 * p[0]) * p[1]
+
+
+_BUMPY_NORMAL = sp.grad(_bumpy, argnums=0)
+_BUMPY_HESSIAN = sp.hessian(_bumpy)
+
+
+@sp.kernel
+def _bound_transforms(pts: sp.Array, n_local: sp.Array, n_global: sp.Array, h: sp.Array):
+    for i in range(pts.shape[0]):
+        df = sp.grad(_bumpy, argnums=0)
+        n_local[i] = df(pts[i], 0.5)
+        n_global[i] = _BUMPY_NORMAL(pts[i], 0.5)
+        h[i] = _BUMPY_HESSIAN(pts[i], 0.5)
+
+
+def _bumpy_np(p):
+    return np.linalg.norm(p) - 0.5 + 0.1 * np.sin(2.0 * p[0]) * p[1]
+
+
+def test_transforms_bound_to_names(rng):
+    P = rand(rng, (M, 3))
+    pts = sp.from_numpy(P, dtype=sp.vec3)
+    n_local, n_global, h = sp.ndarray(sp.vec3, (M,)), sp.ndarray(sp.vec3, (M,)), sp.ndarray(sp.mat3, (M,))
+    _bound_transforms(pts, n_local, n_global, h)
+    for k in range(M):
+        want = fd(_bumpy_np, P[k])
+        np.testing.assert_allclose(n_local.to_numpy()[k], want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(n_global.to_numpy()[k], want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(h.to_numpy()[k], fd_hessian(_bumpy_np, P[k]), rtol=2e-3, atol=2e-3)
+    with pytest.raises(TypeError, match="only be called inside a kernel"):
+        _BUMPY_NORMAL(P[0], 0.5)
