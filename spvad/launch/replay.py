@@ -25,39 +25,35 @@ class Replay:
         self.args = tuple(weakref.ref(a) if getattr(a, "_spvad_ndarray", False) else a for a in args)
         self.positions = [k for k, a in enumerate(args) if getattr(a, "_spvad_ndarray", False)]
         self.specs, self.records = specs, records
+        self.threads_fixed = all(r.threads_fixed for r in records)   # by the shapes alone
         n = len(self.positions)   # what a launch writes, by argument position / captured object
         self.written_args = [(self.positions[ai], f) for ai, f in ck.facts.writes if ai < n]
         self.written_captured = [companion(self.captured[ai - n], f) for ai, f in ck.facts.writes if ai >= n]
 
-    def matches(self, args):
-        if len(args) != len(self.args) or self.rt is not runtime.current():
-            return False
-        for a, b in zip(args, self.args):
-            if a is not b and (type(b) is not weakref.ref or b() is not a):
-                return False
-        return True
-
     def new_scalars(self, kernel, args):
         """Same ndarrays, other scalar values of the same dtypes (e.g. a time-step index): the checked
-        scalars, or None when that does not apply."""
+        scalars (the recorded list itself when every argument is the very object recorded), or None when
+        that does not apply."""
         if len(args) != len(self.args) or self.rt is not runtime.current():
             return None
-        scalars = []
+        scalars, same = [], True
         for (name, ann), a, b, spec in zip(kernel.params, args, self.args, self.specs):
             if type(b) is weakref.ref:
                 if b() is not a:
                     return None
-            elif type(a) in _PLAIN and isinstance(spec, T.DType) and _PLAIN[type(a)](spec) and T.fits(a, spec):
+                continue
+            same = same and a is b
+            if type(a) in _PLAIN and isinstance(spec, T.DType) and _PLAIN[type(a)](spec) and T.fits(a, spec):
                 scalars.append(a)   # what _scalar_dtype accepts, without its general checks
             elif not isinstance(spec, T.DType) or not isinstance(a, (int, float, bool, np.generic)) or \
                     kernel._scalar_dtype(name, ann, a) != spec:
                 return None
             else:
                 scalars.append(a)
-        return scalars
+        return self.scalars if same else scalars
 
     def same_threads(self, scalars):
-        return same_threads(self.records, scalars)
+        return self.threads_fixed or same_threads(self.records, scalars)
 
     def arrays(self, args):
         return [args[k] for k in self.positions]
