@@ -37,15 +37,21 @@ def weights(fx):
     return 0.5 * (1.5 - fx) ** 2, 0.75 - (fx - 1.0) ** 2, 0.5 * (fx - 0.5) ** 2
 
 
+@sp.func
+def stencil(x):
+    """A particle's 3x3 grid stencil: its lower-left node (bx, by), the particle's offset from it in cells,
+    and the weights of the nodes along each axis."""
+    xp = x * INV_DX
+    bx = int(xp[0] - 0.5)
+    by = int(xp[1] - 0.5)
+    fx = xp - sp.vec2(float(bx), float(by))
+    return bx, by, fx, weights(fx[0]), weights(fx[1])
+
+
 @sp.kernel
 def p2g(x: sp.Array, v: sp.Array, C: sp.Array, F: sp.Array, grid_v_in: sp.Array, grid_m: sp.Array, f: sp.i32):
     for p in range(x.shape[1]):
-        xp = x[f, p] * INV_DX
-        bx = int(xp[0] - 0.5)
-        by = int(xp[1] - 0.5)
-        fx = xp - sp.vec2(float(bx), float(by))
-        wx = weights(fx[0])
-        wy = weights(fx[1])
+        bx, by, fx, wx, wy = stencil(x[f, p])
         new_F = (sp.mat2.identity() + DT * C[f, p]) @ F[f, p]
         F[f + 1, p] = new_F
         J = sp.determinant(new_F)
@@ -81,12 +87,7 @@ def grid_update(grid_v_in: sp.Array, grid_m: sp.Array, grid_v: sp.Array, f: sp.i
 @sp.kernel
 def g2p(x: sp.Array, v: sp.Array, C: sp.Array, grid_v: sp.Array, f: sp.i32):
     for p in range(x.shape[1]):
-        xp = x[f, p] * INV_DX
-        bx = int(xp[0] - 0.5)
-        by = int(xp[1] - 0.5)
-        fx = xp - sp.vec2(float(bx), float(by))
-        wx = weights(fx[0])
-        wy = weights(fx[1])
+        bx, by, fx, wx, wy = stencil(x[f, p])
         new_v = sp.vec2(0.0, 0.0)
         new_C = sp.mat2.zero()
         for i in sp.static(range(3)):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
+from tests.autodiff.test_vector_gradients import close, fd_grad
 
 pytestmark = pytest.mark.backends   # each test runs on Vulkan and on the interpreter backend
 
@@ -24,26 +25,6 @@ def well_conditioned(rng, count, n):
         q2, _ = np.linalg.qr(rng.normal(size=(n, n)))
         out.append(q1 @ np.diag(np.array([2.2, 1.4, 0.6, 1.8][:n]) * rng.uniform(0.95, 1.05, n)) @ q2)
     return np.array(out, np.float32)
-
-
-def fd_grad(loss, arrays, k, eps=1e-6):
-    """d loss(*arrays) / d arrays[k] by central differences, in float64."""
-    base = [np.asarray(a, np.float64) for a in arrays]
-    g = np.zeros(base[k].shape)
-    for j in np.ndindex(g.shape):
-        vals = []
-        for h in (eps, -eps):
-            a = [b.copy() for b in base]
-            a[k][j] += h
-            vals.append(loss(*a))
-        g[j] = (vals[0] - vals[1]) / (2 * eps)
-    return g
-
-
-def close(got, want, rtol=2e-4):
-    want = np.asarray(want, np.float64)
-    assert np.any(want != 0), "vacuous check: the reference is all zeros"
-    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=rtol, atol=rtol * float(np.max(np.abs(want))))
 
 
 # ---- one table row per differentiable matrix operation ---------------------------------------------------
