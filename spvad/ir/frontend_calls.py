@@ -9,6 +9,7 @@ from .frontend_random import RANDOM_BUILTINS
 from .frontend_print import print_call
 from .frontend_values import Scope
 from .frontend_matrices import MATRIX_BUILTINS, is_type_method
+from .frontend_methods import BoundMethod, call_method
 from .frontend_vectors import VECTOR_BUILTINS, VecSlots, VecValue, shaped
 from .ops import BINARY_FLOAT, UNARY_FLOAT, Op
 from .source import FunctionSource
@@ -29,6 +30,8 @@ class CallsMixin:
         if fn is print:   # its string arguments are not values: frontend_print.py reads them
             return print_call(self, node)
         kw = {k.arg: self.visit(k.value) for k in node.keywords}
+        if isinstance(fn, BoundMethod):   # v.dot(w), M.transpose(): frontend_methods.py
+            return call_method(self, fn, [self.visit(a) for a in node.args], kw)
         name = getattr(fn, "_spvad_builtin", None)
         if name in DERIVATIVE_BUILTINS or isinstance(fn, Transform) or hasattr(fn, "_spvad_transform"):
             # sp.grad & co, or what they returned (in the kernel or at module level): frontend_derivatives.py

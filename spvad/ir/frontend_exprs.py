@@ -5,6 +5,7 @@ import ast
 from .. import types as T
 from . import nodes as N
 from .emit import PY_SCALARS, py_dtype
+from .frontend_methods import METHODS, BoundMethod
 from .frontend_values import ENDED, FieldRef, Lazy, ShapeRef
 from .frontend_vectors import MatValue, VecArg, VecSlots, VecValue, is_constant_matrix, is_constant_vector, shaped
 
@@ -73,6 +74,8 @@ class ExprsMixin:
                     self.error(f"array '{base.name}' has no .{node.attr} (create it with needs_{node.attr}=True)")
                 return FieldRef(base, node.attr)
             self.error(f"arrays have no attribute '{node.attr}' in kernels")
+        if isinstance(base, VecValue) and node.attr in METHODS:   # v.dot(w), M.transpose(), ...
+            return BoundMethod(base, node.attr)
         if isinstance(base, MatValue):
             return self.matrix_attribute(base, node.attr)
         if isinstance(base, VecValue):

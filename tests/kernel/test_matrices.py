@@ -470,3 +470,26 @@ def test_compile_errors(fn, fragment, source):
         k(sp.ndarray(sp.mat3, (4,)))
     assert fragment in e.value.message and source in e.value.source
     assert e.value.filename.endswith("test_matrices.py") and e.value.lineno > 0
+
+
+# ---- Taichi-style methods: v.dot(w), v.norm(), M.transpose(), M.determinant(), ... -------------------------
+@sp.kernel
+def _methods(a: sp.Array, b: sp.Array, m: sp.Array, out: sp.Array):
+    for i in range(a.shape[0]):
+        u, v, M = a[i], b[i], m[i]
+        out[i, 0] = u.dot(v) + u.norm() + u.norm_sqr() + u.sum() + u.max() - u.min()
+        out[i, 1] = M.determinant() + M.trace() + M.transpose()[0, 1] + M.inverse()[1, 2]
+        out[i, 2] = u.cross(v).dot(u.normalized()) + u.outer_product(v)[2, 0]
+
+
+def test_taichi_style_methods(rng):
+    A, B = rand(rng, (4, 3)), rand(rng, (4, 3))
+    Mm = (rand(rng, (4, 3, 3)) + 2.0 * np.eye(3)).astype(np.float32)
+    out = sp.ndarray(sp.f32, (4, 3))
+    _methods(sp.from_numpy(A, dtype=sp.vec3), sp.from_numpy(B, dtype=sp.vec3), sp.from_numpy(Mm, dtype=sp.mat3), out)
+    a, b, m = A.astype(np.float64), B.astype(np.float64), Mm.astype(np.float64)
+    want = np.stack([
+        (a * b).sum(1) + np.linalg.norm(a, axis=1) + (a * a).sum(1) + a.sum(1) + a.max(1) - a.min(1),
+        np.linalg.det(m) + np.trace(m, axis1=1, axis2=2) + m[:, 1, 0] + np.linalg.inv(m)[:, 1, 2],
+        (np.cross(a, b) * a / np.linalg.norm(a, axis=1, keepdims=True)).sum(1) + a[:, 2] * b[:, 0]], 1)
+    np.testing.assert_allclose(out.to_numpy(), want, rtol=1e-4, atol=1e-5)
