@@ -25,6 +25,7 @@ from .ir.frontend import build_kernel
 from .ir.interp import eval_num_threads
 from .ir.licm import hoist_loop_invariants
 from .ir.locals import forward_locals
+from .ir.slot_arrays import expand_slot_arrays, expand_small_slot_arrays
 from .rhi.interp.program import lower_for_interp
 from .spirv import tools
 from .spirv.lower import lower_task
@@ -157,8 +158,13 @@ def optimiser(phase, skip=()):
 
 def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=()):
     """The passes of `mode`, in order; returns (kernel, check plan of a checked build or None)."""
-    # in-kernel derivatives (sp.grad & co) first: every later pass, kernel-level autodiff too, sees plain IR
+    # in-kernel derivatives (sp.grad & co) first: every later pass, kernel-level autodiff too, sees plain IR;
+    # before them, runtime-indexed locals become selects wherever a derivative will be taken
     steps = [expand_derivatives, simplify.simplify, eliminate_all_loop_exits]
+    if mode.kind != "primal" or any(isinstance(s, N.Derivative) for t in kernel.tasks for s in N.walk(t.body)):
+        steps.insert(0, expand_slot_arrays)
+    else:   # small groups run faster as selects (ir/slot_arrays.py)
+        steps.insert(0, expand_small_slot_arrays)
     plan = []
     if mode.kind == "reverse":
         steps += optimiser(0, skip) + [lambda k: reverse_kernel(k, ad_stack_size, not mode.aliased)]

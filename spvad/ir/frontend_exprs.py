@@ -88,6 +88,11 @@ class ExprsMixin:
             self.error(f"'{getattr(base, '__name__', base)}' has no attribute '{node.attr}'")
 
     def visit_Subscript(self, node):
+        local = self.local_group(node)
+        if local is not None:   # a vector / matrix local: a runtime index reads one element (SlotSelect)
+            key = self.visit(node.slice)
+            value = self.read_local_element(*local, key)
+            return value if value is not None else self.component(self.visit(node.value), key)
         base = self.visit(node.value)
         if isinstance(base, ShapeRef):
             k, ndim = self.visit(node.slice), self.user_ndim(base.array)

@@ -1,10 +1,12 @@
 """Vectors and matrices as small local arrays: element reads and writes with runtime indices, list literals.
 
-A value stays scalarised (one IR value or local slot per component), so a runtime index becomes selects:
-a read is `k == 0 ? c0 : k == 1 ? c1 : ...` and a write stores `k == j ? v : old_j` into every slot j.
-No new IR is needed and both autodiff modes stay exact (a select routes the derivative to the chosen
-component). A runtime index outside [0, n) reads component 0 (row 0 / column 0 for matrices) and writes
-nothing; negative runtime indices are out of range (Python's negative indexing holds for constants only).
+A value is scalarised (one IR value or local slot per component). A runtime index into a value becomes
+selects: a read is `k == 0 ? c0 : k == 1 ? c1 : ...`. A runtime index into a local (`buf[k]`, `M[i, j] = v`)
+becomes a SlotSelect / SlotStore over its slots with a flat row-major index: primal kernels lower the slots
+to one Function-scope array, derivative kernels expand the two into the same selects (ir/slot_arrays.py), so
+both autodiff modes stay exact. A runtime index outside [0, n) reads component 0 (element 0 for matrices)
+and writes nothing; negative runtime indices are out of range (Python's negative indexing holds for
+constants only).
 """
 import ast
 
@@ -71,6 +73,95 @@ class LocalArraysMixin:
         positions = [(i, j) for i in range(rows) for j in range(v.shape[1])]
         return self.choose(v.comps, [self.position_condition(keys, p) for p in positions])
 
+    # ---- locals addressed at run time: SlotSelect / SlotStore (ir/slot_arrays.py) ----
+    def local_group(self, node):
+        """(name, VecSlots) of the local `node` (a subscript) indexes directly, or None."""
+        name = getattr(node.value, "id", None)
+        slots = self.scope.names.get(name) if isinstance(name, str) else None
+        return (name, slots) if isinstance(slots, VecSlots) else None
+
+    def read_local_element(self, name, slots, key):
+        """`buf[k]`, `M[i, j]` or `M[i]` of a local when an index is a runtime value; None when all are
+        constants (the caller then reads the loaded value)."""
+        keys = self.element_key(slots.shape, key, self.slots_name(slots))
+        if all(isinstance(k, int) for k in keys):
+            return None
+        self.check_same_task(name, slots)
+        if len(slots.shape) == 2 and len(keys) == 1:   # a row
+            return VecValue(self.emit(N.SlotSelect(slots.slots, i)) for i in self.row_indices(keys[0], slots, 0))
+        return self.emit(N.SlotSelect(slots.slots, self.flat_index(keys, slots, write=False)))
+
+    def store_local_element(self, name, slots, keys, value, sym):
+        """`buf[k] = value` / `buf[k] <sym>= value` (also `M[i, j]`, `M[i]`) with a runtime index."""
+        self.check_same_task(name, slots)
+        what = self.slots_name(slots)
+        if len(slots.shape) == 2 and len(keys) == 1:   # a row
+            value = self.row_value(value, slots.shape[1], what)
+            indices = self.row_indices(keys[0], slots, len(slots.slots))
+            parts = [value.comps[c] if isinstance(value, VecValue) else value for c in range(slots.shape[1])]
+        else:
+            indices, parts = [self.flat_index(keys, slots, write=True)], [value]
+        dtype = slots.slots[0].dtype
+        for index, part in zip(indices, parts):
+            new = part if sym is None else self.binop(sym, self.emit(N.SlotSelect(slots.slots, index)), part)
+            if isinstance(new, VecValue):
+                self.error(f"cannot store a {new.name} into an element of '{name}'")
+            v = self.typed(new, like=N.Const(0, dtype))
+            if dtype.is_int and v.dtype.is_float:
+                self.error(f"local '{name}' holds {dtype}; assigning a {v.dtype} would truncate it")
+            self.emit(N.SlotStore(slots.slots, index, self.cast(v, dtype)))
+
+    def slots_name(self, slots):
+        return shaped([N.Const(0, s.dtype) for s in slots.slots], slots.shape).name
+
+    def flat_index(self, keys, slots, write):
+        """The row-major index of `keys` (one per axis). Where one is out of range: the group's length for a
+        write (it stores nothing); for a read, the element with the runtime indices at 0, which is what
+        the select form reads (the first element whose constant indices match)."""
+        if len(keys) == 1:
+            return self.index_value32(keys[0])
+        (i, j), (rows, cols) = keys, slots.shape
+        ok = self.both(self.in_range(i, rows), self.in_range(j, cols))
+        flat = self.add_i32(self.mul_i32(i, cols), j)
+        fallback = len(slots.slots) if write else (i if isinstance(i, int) else 0) * cols + (
+            j if isinstance(j, int) else 0)
+        return self.pick(ok, flat, fallback)
+
+    def row_indices(self, i, slots, outside):
+        """Flat indices of the elements of row `i` of a matrix local; `outside` where `i` is out of range
+        (0: a read gives row 0, as the select form does; the group's length: a write stores nothing)."""
+        cols = slots.shape[1]
+        ok = self.in_range(i, slots.shape[0])
+        return [self.pick(ok, self.add_i32(self.mul_i32(i, cols), c), c if outside == 0 else outside)
+                for c in range(cols)]
+
+    def in_range(self, k, n):
+        if isinstance(k, int):
+            return 0 <= k < n
+        as_u32 = self.cast(k, T.u32)   # negatives wrap to large values: one unsigned compare
+        return self.compute(N.Op.LT, as_u32, self.const(n, T.u32))
+
+    def both(self, a, b):
+        if isinstance(a, bool) or isinstance(b, bool):
+            return (b if a else False) if isinstance(a, bool) else (a if b else False)
+        return self.compute(N.Op.AND, a, b)
+
+    def pick(self, ok, value, otherwise):
+        if isinstance(ok, bool):
+            return self.index_value32(value if ok else otherwise)
+        return self.select(ok, self.index_value32(value), self.index_value32(otherwise))
+
+    def mul_i32(self, k, c):
+        return k * c if isinstance(k, int) else self.compute(N.Op.MUL, k, self.const(c, T.i32))
+
+    def add_i32(self, a, b):
+        if isinstance(a, int) and isinstance(b, int):
+            return a + b
+        return self.compute(N.Op.ADD, self.index_value32(a), self.index_value32(b))
+
+    def index_value32(self, k):
+        return self.const(k, T.i32) if isinstance(k, int) else self.cast(k, T.i32)
+
     # ---- writes into locals ----
     def local_array_name(self, target):
         """The name of the vector / matrix local that `target` (`v[k]`, `M[i, j]`, `M[i][j]`, `v.x`)
@@ -97,8 +188,10 @@ class LocalArraysMixin:
         name = node.id
         slots = self.scope.names[name]
         self.check_same_task(name, slots)
-        what = shaped([N.Const(0, s.dtype) for s in slots.slots], slots.shape).name
+        what = self.slots_name(slots)
         keys = self.element_key(slots.shape, tuple(keys), what)
+        if not all(isinstance(k, int) for k in keys):
+            return self.store_local_element(name, slots, keys, value, sym)
         if len(slots.shape) == 2 and len(keys) == 1:   # M[i] = row
             value = self.row_value(value, slots.shape[1], what)
         for flat, position in enumerate(self.positions(slots.shape)):

@@ -349,6 +349,13 @@ class _Thread:
             env[s] = env[s.slot]
         elif isinstance(s, N.LocalStore):
             env[s.slot] = env[s.value]
+        elif isinstance(s, N.SlotSelect):   # outside the group: its first slot (ir/slot_arrays.py)
+            k = int(env[s.index])
+            env[s] = env[s.slots[k if 0 <= k < len(s.slots) else 0]]
+        elif isinstance(s, N.SlotStore):
+            k = int(env[s.index])
+            if 0 <= k < len(s.slots):
+                env[s.slots[k]] = to_scalar(env[s.value], s.slots[k].dtype)
         elif isinstance(s, N.GlobalLoad):
             if s.guard is not None and not env[s.guard]:
                 env[s] = to_scalar(0, s.dtype)   # a guarded load that does not run reads nothing

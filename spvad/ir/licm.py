@@ -77,6 +77,8 @@ def _invariants(loop, starts, guard_loads):
     for s in N.walk(loop.body):
         if isinstance(s, N.LocalStore):
             stored_slots.add(s.slot)
+        elif isinstance(s, N.SlotStore):   # may store into any slot of its group
+            stored_slots.update(s.slots)
         elif type(s).WRITES_ARRAY:
             written.add(s.array.dtype)
     inside, moved = set(N.walk(loop.body)), {}

@@ -11,15 +11,18 @@ A loop's exit flag is read at the top of every iteration: stores into it are nev
 """
 from . import nodes as N
 from .interp import to_scalar
+from .slot_arrays import grouped_slots
 
 
 def forward_locals(kernel):
     """Forward stored values to loads and drop dead stores in every task, in place; returns the kernel."""
     for task in kernel.tasks:
-        _forward(task.body, {}, {})
+        grouped = grouped_slots(task.body)   # addressed at run time too: left as they are
+        _forward(task.body, {}, {}, grouped)
         flags = {s.exit_flag for s in N.walk(task.body) if isinstance(s, (N.RangeFor, N.While))}
-        _drop_dead_stores(task.body, set(), flags, True)
-        _load_constant_slots(task.body, _constant_slots(task.body), {})
+        _drop_dead_stores(task.body, set(), flags | grouped, True)
+        constant = {slot: v for slot, v in _constant_slots(task.body).items() if slot not in grouped}
+        _load_constant_slots(task.body, constant, {})
     return kernel
 
 
@@ -70,17 +73,18 @@ def _load_constant_slots(block, slots, repl):
             _load_constant_slots(b, slots, repl)
 
 
-def _forward(block, known, repl):
-    """Rewrite `block`: `known` maps a slot to the value it holds here, `repl` a removed load to its value."""
+def _forward(block, known, repl, grouped):
+    """Rewrite `block`: `known` maps a slot to the value it holds here, `repl` a removed load to its value;
+    slots in `grouped` are never known."""
     out = []
     for s in block.stmts:
         s.replace_operands(repl)
         if isinstance(s, N.LocalLoad) and s.slot in known:
             repl[s] = known[s.slot]
             continue
-        if isinstance(s, N.LocalLoad):
+        if isinstance(s, N.LocalLoad) and s.slot not in grouped:
             known[s.slot] = s   # a second load before the next store reads the same
-        elif isinstance(s, N.LocalStore):
+        elif isinstance(s, N.LocalStore) and s.slot not in grouped:
             known[s.slot] = s.value
         elif isinstance(s, N.Alloca):
             known.pop(s, None)   # zeroes the slot where it runs
@@ -89,7 +93,7 @@ def _forward(block, known, repl):
             inner = {k: v for k, v in known.items() if k not in stored} if isinstance(
                 s, (N.RangeFor, N.While)) else known   # a loop body also runs after its own stores
             for b in s.blocks():
-                _forward(b, dict(inner), repl)
+                _forward(b, dict(inner), repl, grouped)
             for slot in stored:
                 known.pop(slot, None)
         out.append(s)

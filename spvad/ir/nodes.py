@@ -190,6 +190,33 @@ class LocalStore(Stmt):
     HAS_SIDE_EFFECTS = True
 
 
+# A vector or matrix local indexed at run time: its component slots (Allocas, row-major) form one group,
+# addressed by a flat index. Primal kernels lower a group to one Function-scope array; derivative kernels
+# first expand these two statements into selects over the slots (ir/slot_arrays.py), which both autodiff
+# modes differentiate exactly.
+@dataclass(eq=False)
+class SlotSelect(Stmt):
+    """slots[index], or slots[0] when index is outside [0, len(slots))."""
+    slots: tuple
+    index: Stmt
+    VALUE_FIELDS = ("slots", "index")
+    READS_MEMORY = True
+
+    @property
+    def dtype(self):
+        return self.slots[0].dtype
+
+
+@dataclass(eq=False)
+class SlotStore(Stmt):
+    """slots[index] = value; nothing when index is outside [0, len(slots))."""
+    slots: tuple
+    index: Stmt
+    value: Stmt
+    VALUE_FIELDS = ("slots", "index", "value")
+    HAS_SIDE_EFFECTS = True
+
+
 # ---- global memory ------------------------------------------------------------------------------------
 # `field` picks the buffer: "primal", "grad" (the array's .grad) or "dual" (its .dual).
 @dataclass(eq=False)

@@ -42,6 +42,10 @@ def _head(s):
         return f"{_v(s)} = local_load {s.dtype} {_v(s.slot)}"
     if isinstance(s, N.LocalStore):
         return f"local_store {_v(s.slot)} {_v(s.value)}"
+    if isinstance(s, N.SlotSelect):
+        return f"{_v(s)} = slot_select {s.dtype} ({' '.join(_v(t) for t in s.slots)})[{_v(s.index)}]"
+    if isinstance(s, N.SlotStore):
+        return f"slot_store ({' '.join(_v(t) for t in s.slots)})[{_v(s.index)}] {_v(s.value)}"
     if isinstance(s, N.GlobalLoad):
         return f"{_v(s)} = load {s.dtype} {_access(s)}" + (f" if {_v(s.guard)}" if s.guard is not None else "")
     if isinstance(s, N.GlobalStore):

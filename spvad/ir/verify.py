@@ -145,6 +145,18 @@ class _Verifier:
             self.fail("local_store slot is not an Alloca", s)
         self.dtype_is(s.value, s.slot.dtype, "the stored value", s)
 
+    def group(self, s):
+        if not s.slots or any(not isinstance(t, N.Alloca) or t.dtype != s.slots[0].dtype for t in s.slots):
+            self.fail("a slot group must be Allocas of one dtype", s)
+        self.dtype_is(s.index, T.i32, "a slot index", s)
+
+    def check_SlotSelect(self, s):
+        self.group(s)
+
+    def check_SlotStore(self, s):
+        self.group(s)
+        self.dtype_is(s.value, s.slots[0].dtype, "the stored value", s)
+
     # ---- global memory ----
     def array(self, s, a):
         if not (0 <= a.index < len(self.kernel.arrays) and self.kernel.arrays[a.index] is a):

@@ -14,6 +14,7 @@ from .lower_adstack import AdStacks
 from .lower_memory import Memory, plan_layout
 from .lower_ops import LOWER
 from .lower_print import lower_print
+from .lower_slots import SlotArrays
 from .module import Module
 from .spec import (BuiltIn, Capability, Decoration, ExecutionMode, ExecutionModel, LoopControl, Op,
                    SelectionControl, StorageClass)
@@ -96,6 +97,7 @@ class _Lowerer:
         self.layout = plan_layout(kernel, task, features, homes, bounds_check, coarsen)
         self.mem = Memory(self, self.layout)
         self.adstacks = AdStacks(self, self.mem, self.layout)
+        self.slot_arrays = SlotArrays(self, task)
 
     def error(self, msg):
         return LoweringError(f"kernel {self.kernel.name}, task {self.task.name}: {msg}")
@@ -244,10 +246,12 @@ class _Lowerer:
     def lower_Alloca(self, s):
         var = self.locals.get(s)
         if var is None:
-            var = self.locals[s] = self.f.local_variable(self.m.type_pointer(StorageClass.Function,
-                                                                             self.ty(s.dtype)))
-            if s.name:
-                self.m.name(var, s.name)
+            var = self.slot_arrays.pointer(s)   # an element of its group's array (lower_slots.py), or a variable
+            if var is None:
+                var = self.f.local_variable(self.m.type_pointer(StorageClass.Function, self.ty(s.dtype)))
+                if s.name:
+                    self.m.name(var, s.name)
+            self.locals[s] = var
         self.f.emit_void(Op.OpStore, var, self.const(s.dtype, 0))   # zero at the statement, each time
 
     def lower_LocalLoad(self, s):
@@ -255,6 +259,12 @@ class _Lowerer:
 
     def lower_LocalStore(self, s):
         self.f.emit_void(Op.OpStore, self.locals[s.slot], self.value(s.value))
+
+    def lower_SlotSelect(self, s):
+        self.vals[s] = self.slot_arrays.load(s)
+
+    def lower_SlotStore(self, s):
+        self.slot_arrays.store(s)
 
     def lower_GlobalLoad(self, s):
         self.vals[s] = self.mem.global_load(s)

@@ -156,10 +156,10 @@ def test_the_interpreter_leaves_a_loop_when_its_exit_flag_is_set(kb, kind):
 KINDS = [c for c in vars(N).values() if isinstance(c, type) and issubclass(c, N.Stmt) and c is not N.Stmt]
 TRAITS = {
     "PURE": {N.Const, N.ScalarArg, N.ArrayShape, N.ThreadIndex, N.LoopIndex, N.Compute},
-    "READS_MEMORY": {N.LocalLoad, N.GlobalLoad, N.AtomicRMW, N.AdStackLoadTop, N.AdStackLoadTopAdj,
-                     N.AdStackAccAdjoint},
-    "HAS_SIDE_EFFECTS": {N.Alloca, N.LocalStore, N.GlobalStore, N.AtomicRMW, N.AdStackAlloca, N.AdStackPush,
-                         N.AdStackPop, N.AdStackAccAdjoint, N.Print, N.Derivative},
+    "READS_MEMORY": {N.LocalLoad, N.SlotSelect, N.GlobalLoad, N.AtomicRMW, N.AdStackLoadTop,
+                     N.AdStackLoadTopAdj, N.AdStackAccAdjoint},
+    "HAS_SIDE_EFFECTS": {N.Alloca, N.LocalStore, N.SlotStore, N.GlobalStore, N.AtomicRMW, N.AdStackAlloca,
+                         N.AdStackPush, N.AdStackPop, N.AdStackAccAdjoint, N.Print, N.Derivative},
     "WRITES_ARRAY": {N.GlobalStore, N.AtomicRMW},
     "ACCESSES_ARRAY": {N.GlobalLoad, N.GlobalStore, N.AtomicRMW},
     "HEADER_OK": {N.Const, N.ScalarArg, N.ArrayShape, N.Compute},
