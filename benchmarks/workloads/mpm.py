@@ -2,18 +2,20 @@
 particle, grid update, grid to particles) on a block of particles, forward, and forward + reverse under a
 Tape with the mean squared distance to a target as the loss. Reference: the example's float64 numpy version
 (`simulate_numpy`): the loss, and d loss / d v0 (the initial velocity, one vec2) by central differences.
-spvad runs the example's own kernels; Taichi and Quadrants the same algorithm written DiffTaichi-style."""
+spvad runs the example's own kernels; the limit hand-written GLSL (forward and hand-derived reverse); Taichi
+and Quadrants the same algorithm written DiffTaichi-style."""
 import importlib.util
 import os
 
 import numpy as np
 
 import spvad as sp
-from .common import Op, all_close, close_to, init_peer, init_spvad
+from . import limit
+from .common import Op, Unavailable, all_close, close_to, init_peer, init_spvad
 
 NAME = "mpm"
 OPS = ("forward", "tape fwd+bwd")
-SYSTEMS = ("spvad", "taichi", "quadrants")
+SYSTEMS = ("spvad", "limit", "taichi", "quadrants")
 V0, TARGET = np.array([1.0, -1.0]), np.array([0.62, 0.42])
 
 
@@ -78,6 +80,97 @@ def prepare_spvad(cfg, ref):
     return [Op("forward", forward, sp.sync, setup=reset, check=lambda: _check_forward(sim.loss[None], ref)),
             Op("tape fwd+bwd", tape, sp.sync, setup=reset,
                check=lambda: _check_gradient(sim.v0.grad.to_numpy()[0], ref))]
+
+
+# ---- the limit: hand-written GLSL (benchmarks/limit/mpm_*.comp) through spvad's RHI -------------------------
+class LimitSimulation:
+    """The example's kernels by hand: launch, then per step p2g, grid update and g2p, then the loss; the reverse
+    is hand-derived (see the *_grad shaders), one kernel per forward kernel, and runs the steps backwards. The
+    layout is the example's: x, v, C, F with one row per step (steps + 1, n), the grids one per step (steps, G,
+    G); 2x2 matrices are vec4s in GLSL's column-major mat2 order. The gradients are single rows, (n,) for the
+    particles and (G, G) for the grid, updated in place; the first reverse kernel (loss_grad) sets all it needs
+    to start from. The workload runs one step, from F = I, where d loss / d v0 does not pass through the stress;
+    more `steps` (or another F[0]) make it do so, which is how the polar decomposition's reverse was checked."""
+
+    def __init__(self, dev, x0, steps=1, local_size=64):
+        n, nodes = len(x0), mpm.GRID * mpm.GRID
+        self.n = n
+
+        def zeros(*shape):
+            return limit.buffer(dev, 4 * int(np.prod(shape)))
+
+        rows = np.zeros((steps + 1, n, 2), np.float32)
+        rows[0] = x0
+        mats = np.zeros((steps + 1, n, 4), np.float32)
+        mats[0] = (1.0, 0.0, 0.0, 1.0)                                  # F = I
+        self.x, self.v, self.C, self.F = limit.upload(dev, rows), zeros(steps + 1, n, 2), zeros(steps + 1, n, 4), \
+            limit.upload(dev, mats)
+        self.grid_v_in, self.grid_v = zeros(steps, nodes, 2), zeros(steps, nodes, 2)
+        self.grid_m = zeros(steps, nodes)
+        self.v0, target = limit.upload(dev, V0.astype(np.float32)), limit.upload(dev, TARGET.astype(np.float32))
+        self.loss = zeros(1)
+        self.gx, self.gv, self.gC, self.gF = zeros(n, 2), zeros(n, 2), zeros(n, 4), zeros(n, 4)
+        ggrid_v, ggrid_v_in, ggrid_m = zeros(nodes, 2), zeros(nodes, 2), zeros(nodes)
+        self.gv0 = zeros(2)
+
+        defines = {"DT": mpm.DT, "DX": mpm.DX, "INV_DX": mpm.INV_DX, "P_VOL": mpm.P_VOL, "P_MASS": mpm.P_MASS,
+                   "MU": mpm.MU, "LA": mpm.LA, "GRAVITY": mpm.GRAVITY, "GRID": mpm.GRID, "BOUND": mpm.BOUND}
+        shaders = {name: limit.Shader(dev, f"mpm_{name}", num_buffers, push_format, local_size=local_size,
+                                      defines=defines)
+                   for name, num_buffers, push_format in (
+                       ("launch", 2, "I"), ("p2g", 6, "II"), ("grid", 3, "I"), ("g2p", 4, "II"), ("loss", 3, "II"),
+                       ("loss_grad", 8, "II"), ("g2p_grad", 6, "II"), ("grid_grad", 5, "I"), ("p2g_grad", 10, "II"),
+                       ("launch_grad", 2, "I"))}
+
+        def launcher(name, buffers, threads, *push):
+            return shaders[name].launcher(buffers, threads, *push)
+
+        x, v, C, F, gx, gv, gC, gF = self.x, self.v, self.C, self.F, self.gx, self.gv, self.gC, self.gF
+        self.forward_launches = [launcher("launch", [v, self.v0], n, n)]
+        for f in range(steps):
+            self.forward_launches += [
+                launcher("p2g", [x, v, C, F, self.grid_v_in, self.grid_m], n, n, f),
+                launcher("grid", [self.grid_v_in, self.grid_m, self.grid_v], nodes, f),
+                launcher("g2p", [x, v, C, self.grid_v], n, n, f)]
+        self.forward_launches.append(launcher("loss", [x, target, self.loss], n, n, steps))
+        reverse = [launcher("loss_grad", [x, target, gx, gv, gC, gF, ggrid_v, self.gv0], max(n, nodes), n, steps)]
+        for f in reversed(range(steps)):
+            reverse += [
+                launcher("g2p_grad", [x, self.grid_v, gx, gv, gC, ggrid_v], n, n, f),
+                launcher("grid_grad", [self.grid_v_in, self.grid_m, ggrid_v, ggrid_v_in, ggrid_m], nodes, f),
+                launcher("p2g_grad", [x, v, C, F, ggrid_v_in, ggrid_m, gx, gv, gC, gF], n, n, f)]
+        reverse.append(launcher("launch_grad", [gv, self.gv0], n, n))
+        self.tape_launches = self.forward_launches + reverse
+
+    def reset(self):
+        """p2g and the loss add into the grids and the loss: they start at zero."""
+        for buf in (self.grid_v_in, self.grid_m, self.loss):
+            buf.view(np.float32)[:] = 0.0
+
+    def forward(self):
+        for launch in self.forward_launches:
+            launch()
+
+    def tape(self):
+        for launch in self.tape_launches:
+            launch()
+
+    def loss_value(self):
+        return limit.read(self.loss, np.float32, 1)[0]
+
+    def v0_grad(self):
+        return limit.read(self.gv0, np.float32, 2)
+
+
+def prepare_limit(cfg, ref):
+    dev = limit.device()
+    if not dev.info["features"].get("atomic_float32_add"):
+        raise Unavailable("the hand-written kernels need 32-bit float atomic add (VK_EXT_shader_atomic_float)")
+    sim = LimitSimulation(dev, ref["x0"])
+    return [Op("forward", sim.forward, dev.sync, setup=sim.reset,
+               check=lambda: _check_forward(sim.loss_value(), ref)),
+            Op("tape fwd+bwd", sim.tape, dev.sync, setup=sim.reset,
+               check=lambda: _check_gradient(sim.v0_grad(), ref))]
 
 
 # ---- Taichi and Quadrants: DiffTaichi's diffmpm, one step --------------------------------------------------
