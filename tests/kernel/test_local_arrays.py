@@ -18,28 +18,35 @@ def close(got, want, rtol=2e-5):
                                atol=rtol * max(float(np.max(np.abs(want))), 1e-30))
 
 
-@sp.kernel
-def insertion_sort(x: sp.Array, out: sp.Array):
-    for i in range(x.shape[0]):
-        buf = sp.Vector(8, sp.f32).zero()
-        for k in range(8):
-            buf[k] = x[i, k]
-        for k in range(1, 8):   # runtime indices: j changes inside a while loop
-            key = buf[k]
-            j = k - 1
-            while j >= 0 and buf[j] > key:
-                buf[j + 1] = buf[j]
-                j -= 1
-            buf[j + 1] = key
-        for k in range(8):
-            out[i, k] = buf[k]
+def sorting_kernel(n):
+    """An insertion sort of n values per thread in a local array (runtime indices in a while loop); the
+    outputs weighted 1, 1.1, 1.2, ... (so a gradient shows where each value went)."""
+    @sp.kernel
+    def insertion_sort(x: sp.Array, out: sp.Array):
+        for i in range(x.shape[0]):
+            buf = sp.Vector(n, sp.f32).zero()
+            for k in range(n):
+                buf[k] = x[i, k]
+            for k in range(1, n):
+                key = buf[k]
+                j = k - 1
+                while j >= 0 and buf[j] > key:
+                    buf[j + 1] = buf[j]
+                    j -= 1
+                buf[j + 1] = key
+            for k in range(n):
+                out[i, k] = buf[k] * (1.0 + 0.1 * k)
+    return insertion_sort
+
+
+insertion_sort = sorting_kernel(8)
 
 
 def test_insertion_sort(rng):
     X = rand(rng, (9, 8))
     out = sp.ndarray(sp.f32, (9, 8))
     insertion_sort(sp.from_numpy(X), out)
-    assert np.array_equal(out.to_numpy(), np.sort(X, axis=1))
+    np.testing.assert_allclose(out.to_numpy(), np.sort(X, axis=1) * (1.0 + 0.1 * np.arange(8)), rtol=1e-6)
 
 
 @sp.kernel

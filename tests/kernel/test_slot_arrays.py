@@ -9,6 +9,7 @@ import spvad as sp
 from spvad.ir import nodes as N
 from spvad.ir.slot_arrays import ARRAY_MIN_SLOTS
 from spvad.pipeline import DUAL, PRIMAL, REVERSE
+from tests.kernel.test_local_arrays import sorting_kernel
 
 pytestmark = pytest.mark.backends
 
@@ -16,38 +17,7 @@ BIG = 40      # slots: kept as an array in primal kernels
 assert BIG >= ARRAY_MIN_SLOTS > 16
 
 
-@sp.kernel
-def sort_big(x: sp.Array, out: sp.Array):
-    for i in range(x.shape[0]):
-        buf = sp.Vector(BIG, sp.f32).zero()
-        for k in range(BIG):
-            buf[k] = x[i, k]
-        for k in range(1, BIG):
-            key = buf[k]
-            j = k - 1
-            while j >= 0 and buf[j] > key:
-                buf[j + 1] = buf[j]
-                j -= 1
-            buf[j + 1] = key
-        for k in range(BIG):
-            out[i, k] = buf[k] * (1.0 + 0.1 * k)
-
-
-@sp.kernel
-def sort_small(x: sp.Array, out: sp.Array):
-    for i in range(x.shape[0]):
-        buf = sp.Vector(16, sp.f32).zero()
-        for k in range(16):
-            buf[k] = x[i, k]
-        for k in range(1, 16):
-            key = buf[k]
-            j = k - 1
-            while j >= 0 and buf[j] > key:
-                buf[j + 1] = buf[j]
-                j -= 1
-            buf[j + 1] = key
-        for k in range(16):
-            out[i, k] = buf[k]
+sort_big, sort_small = sorting_kernel(BIG), sorting_kernel(16)
 
 
 def _kinds(kernel, mode, *args):
