@@ -192,13 +192,16 @@ class LocalArraysMixin:
         keys = self.element_key(slots.shape, tuple(keys), what)
         if not all(isinstance(k, int) for k in keys):
             return self.store_local_element(name, slots, keys, value, sym)
-        if len(slots.shape) == 2 and len(keys) == 1:   # M[i] = row
+        row = len(slots.shape) == 2 and len(keys) == 1
+        if row:   # M[i] = row
             value = self.row_value(value, slots.shape[1], what)
+        elif isinstance(value, VecValue):
+            self.error(f"cannot store a {value.name} into an element of '{name}'")
         for flat, position in enumerate(self.positions(slots.shape)):
             cond = self.position_condition(keys, position)
             if cond is False:
                 continue
-            part = value.comps[position[1]] if isinstance(value, VecValue) else value
+            part = value.comps[position[1]] if row and isinstance(value, VecValue) else value
             slot = slots.slots[flat]
             old = self.emit(N.LocalLoad(slot)) if sym is not None or cond is not True else None
             new = part if sym is None else self.binop(sym, old, part)

@@ -111,4 +111,14 @@ class FunctionSource:
         return body
 
     def assigned_names(self):
-        return {n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        """Names the function assigns to, whole or in part (`v = ..`, `v[k] = ..`, `v.x += ..`)."""
+        out = set()
+        for n in ast.walk(self.tree):
+            if isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.ctx, ast.Store):
+                while isinstance(n, (ast.Subscript, ast.Attribute)):
+                    n = n.value
+                if isinstance(n, ast.Name):
+                    out.add(n.id)
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                out.add(n.id)
+        return out

@@ -222,3 +222,45 @@ def test_compile_errors(fn, fragment, source):
         sp.kernel(fn)(sp.ndarray(sp.f32, (4,)))
     assert fragment in e.value.message and source in e.value.source
     assert e.value.filename.endswith("test_local_arrays.py") and e.value.lineno > 0
+
+
+# ---- found by probing: element writes into a func's vector / matrix parameter, vectors into elements -----
+@sp.func
+def _zero_diagonal(M, v):
+    M[0, 0] = 0.0        # the parameters are copies: the caller's values do not change
+    v[1] += 10.0
+    return M, v
+
+
+@sp.kernel
+def _param_writes(A: sp.Array, out: sp.Array, w: sp.Array):
+    for i in range(A.shape[0]):
+        M = A[i]
+        v = sp.vec2(1.0, 2.0)
+        Z, u = _zero_diagonal(M, v)
+        out[i] = Z + M          # M itself is unchanged
+        w[i] = u + v
+
+
+def test_func_parameters_are_written_as_copies(rng):
+    A = rand(rng, (3, 2, 2))
+    out, w = sp.ndarray(sp.mat2, (3,)), sp.ndarray(sp.vec2, (3,))
+    _param_writes(sp.from_numpy(A, dtype=sp.mat2), out, w)
+    Z = A.copy()
+    Z[:, 0, 0] = 0.0
+    np.testing.assert_allclose(out.to_numpy(), Z + A, rtol=1e-6)
+    np.testing.assert_allclose(w.to_numpy(), np.tile([2.0, 14.0], (3, 1)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("body", ["M = sp.mat2.identity()\n        M[0, 1] = sp.vec2(5.0, 7.0)",
+                                  "M = sp.mat2.identity()\n        M[1, 0] += sp.vec2(5.0, 7.0)",
+                                  "b = [1.0, 2.0, 3.0]\n        b[1] = sp.vec2(8.0, 9.0)",
+                                  "b = [1.0, 2.0, 3.0]\n        b[int(x[i])] = sp.vec2(8.0, 9.0)"])
+def test_a_vector_into_an_element_is_a_compile_error(body, tmp_path):
+    path = tmp_path / "k.py"
+    path.write_text(f"import spvad as sp\n@sp.kernel\ndef k(x: sp.Array):\n    for i in range(x.shape[0]):\n"
+                    f"        {body}\n")
+    import runpy
+    k = runpy.run_path(str(path))["k"]
+    with pytest.raises(sp.CompileError, match="cannot store a vec2 into an element"):
+        k(sp.ndarray(sp.f32, (2,)))
