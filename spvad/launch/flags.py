@@ -33,9 +33,10 @@ def bounds_error(where, lowered, words):
 def loop_cut_error(kernel_name, rt):
     info = rt.device.info
     return DeviceError(
-        f"kernel {kernel_name}: the driver stopped a loop before it finished, so the results are wrong "
-        f"({info['name']} runs at most {info['limits'].get('max_loop_iterations')} loop iterations per thread, "
-        "all loops of the thread together); split the loop across launches or threads")
+        f"kernel {kernel_name}: a thread reached the driver's loop cap, so the driver stopped a loop before "
+        f"it finished and the results cannot be trusted ({info['name']} runs at most "
+        f"{info['limits'].get('max_loop_iterations')} loop steps per thread, every loop's header of the thread "
+        "counted together); split the loop across launches or threads")
 
 
 def overflow_error(kernel_name, stacks, words, capacity):

@@ -78,6 +78,10 @@ def lower_task(kernel, task, *, local_size=128, features=None, homes=None, bound
     return low
 
 
+# lavapipe's loop cap (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS), for devices with feature "loop_iteration_cap"
+LOOP_ITERATION_CAP = 65535
+
+
 class _Lowerer:
     def __init__(self, kernel, task, local_size, features, homes=None, bounds_check=False, coarsen=False,
                  rest=False):
@@ -194,6 +198,9 @@ class _Lowerer:
         tid = f.emit(Op.OpIAdd, u32, f.emit(Op.OpIMul, u32, group, group_x),
                      f.emit(Op.OpLoad, u32, local))
         self.tid = self.emit(Op.OpBitcast, T.i32, tid)
+        if lay.loop_check:   # every loop iteration of the thread, counted (see check_iteration_cap)
+            self.iterations = f.local_variable(self.m.type_pointer(StorageClass.Function, u32))
+            f.emit_void(Op.OpStore, self.iterations, self.u32c(0))
         self.adstacks.declare(tid)
         self.mem.bounds.declare()
         self.block(self.task.header)
@@ -206,6 +213,8 @@ class _Lowerer:
             lower_coarse.emit(self, n)
         else:
             self.if_then_else(self.emit(Op.OpSLessThan, T.u1, self.tid, n), self.task.body, None)
+        if lay.loop_check:
+            self.check_iteration_cap()
         self.mem.bounds.finish()   # the thread's first out-of-bounds access, if any, to the flag buffer
         if f.in_block:
             f.emit_void(Op.OpReturn)
@@ -305,6 +314,7 @@ class _Lowerer:
         header, body, cont, merge = (f.new_label() for _ in range(4))
         f.emit_void(Op.OpBranch, header)
         self.begin(header)
+        self.count_iteration()
         i = f.emit(Op.OpLoad, i32, var)
         cmp = Op.OpSLessThan if s.step > 0 else Op.OpSGreaterThan
         go = self.emit(cmp, T.u1, i, self.value(s.end))
@@ -315,37 +325,40 @@ class _Lowerer:
         f.emit_void(Op.OpStore, var, f.emit(Op.OpIAdd, i32, f.emit(Op.OpLoad, i32, var), self.i32c(s.step)))
         f.emit_void(Op.OpBranch, header)
         self.begin(merge)
-        if self.mem.lay.loop_check:
-            unfinished = self.emit(cmp, T.u1, f.emit(Op.OpLoad, i32, var), self.value(s.end))
-            self.check_loop_exit(s, unfinished)
 
     def lower_While(self, s):
         f = self.f
         header, body, cont, merge = (f.new_label() for _ in range(4))
         f.emit_void(Op.OpBranch, header)
         self.begin(header)
+        self.count_iteration()
         f.emit_void(Op.OpLoopMerge, merge, cont, LoopControl.NONE)
         f.emit_void(Op.OpBranch, body)
         broken = self.loop_body(body, s, cont, merge)
         self.begin(cont)
         f.emit_void(Op.OpBranch, header)
         self.begin(merge)
-        if not broken:   # no Break: the loop never ends, so its merge block is unreachable
-            f.emit_void(Op.OpUnreachable)
-        elif self.mem.lay.loop_check:
-            self.check_loop_exit(s, None)
+        if not broken and not self.mem.lay.loop_check:
+            f.emit_void(Op.OpUnreachable)   # no Break: the loop never ends (a capped driver ends it: counted)
 
-    def check_loop_exit(self, loop, unfinished):
-        """After a loop: flag it when it ended although neither its bound nor its exit flag says so.
-        lavapipe (gallivm) silently stops all loops of an invocation after 65,535 iterations in total."""
-        flag = loop.exit_flag
-        if flag is None and unfinished is None:
-            return
-        cut = unfinished
-        if flag is not None:
-            running = self.emit(Op.OpLogicalNot, T.u1, self.emit(Op.OpLoad, T.u1, self.locals[flag]))
-            cut = running if cut is None else self.emit(Op.OpLogicalAnd, T.u1, cut, running)
-        self.when(cut, self.mem.flag_loop_cut)
+    def count_iteration(self):
+        """At a loop header: lavapipe's cap counts header executions (a for loop of k iterations costs
+        k + 1: 300 x 300 nested iterations stopped at 65,101 inner ones = 65,535 - 2 x 217)."""
+        if self.mem.lay.loop_check:
+            u32 = self.ty(T.u32)
+            self.f.emit_void(Op.OpStore, self.iterations,
+                             self.f.emit(Op.OpIAdd, u32, self.f.emit(Op.OpLoad, u32, self.iterations), self.u32c(1)))
+
+    def check_iteration_cap(self):
+        """lavapipe (gallivm) silently stops all loops of a thread once they have run 65,535 iterations in
+        total. A thread that reached the cap is flagged (one that needed exactly the cap is flagged too).
+        Counting beats checking each loop's exit: the driver's compiler proves the exit condition true after
+        a loop whose only exit is its break, and drops such a check (a `while` ran 65,535 of 100,000
+        iterations with no error)."""
+        u32 = self.ty(T.u32)
+        reached = self.emit(Op.OpUGreaterThanEqual, T.u1, self.f.emit(Op.OpLoad, u32, self.iterations),
+                            self.u32c(LOOP_ITERATION_CAP))
+        self.when(reached, self.mem.flag_loop_cut)
 
     def when(self, cond, body):
         """if cond { body() }: `body` emits the branch itself (for IR blocks, see if_then_else)."""

@@ -39,3 +39,63 @@ def test_a_loop_cut_short_by_the_driver_raises_and_the_runtime_recovers(rng):
         sp.sync()
     nested_sum(x, y, 10)                          # the runtime stays usable
     np.testing.assert_allclose(y.to_numpy(), x.to_numpy() + 100 * 0.001, rtol=1e-5)
+
+
+@sp.kernel
+def while_until(x: sp.Array, inc: sp.f32):
+    for i in range(x.shape[0]):
+        v = x[i]
+        while v < 2.0:
+            v = v + inc
+        x[i] = v
+
+
+@sp.kernel
+def many_short_whiles(x: sp.Array, n: sp.i32):
+    for i in range(x.shape[0]):
+        v = x[i]
+        for _ in range(n):
+            w = 0.0
+            while w < 1.0:
+                w = w + 0.25
+            v += w
+        x[i] = v
+
+
+@sp.func
+def steps_to(v, limit, inc):
+    k = 0
+    while True:
+        v = v + inc
+        k += 1
+        if v >= limit:
+            return k
+
+
+@sp.kernel
+def func_loop(x: sp.Array, out: sp.Array, inc: sp.f32):
+    for i in range(x.shape[0]):
+        out[i] = steps_to(x[i], 2.0, inc)
+
+
+@pytest.mark.parametrize("run", [
+    lambda x, y: while_until(x, 1e-5),           # 100,000 iterations of a `while cond:`
+    lambda x, y: many_short_whiles(x, 20000),     # 20,000 loops of 4 iterations: the headers add up
+    lambda x, y: func_loop(x, y, 1e-5),           # `while True` left by a return in a func
+])
+def test_while_loops_past_the_cap_raise(run):
+    """The driver's compiler proves a `while`'s exit condition after the loop, so checking it there never
+    fires; spvad counts the thread's loop headers instead."""
+    if not loop_cap():
+        pytest.skip("this driver has no loop-iteration cap")
+    x, y = sp.from_numpy(np.ones(2, np.float32)), sp.ndarray(sp.f32, 2)
+    run(x, y)
+    with pytest.raises(sp.DeviceError, match="stopped a loop"):
+        sp.sync()
+
+
+def test_while_loops_within_the_cap_run_exactly():
+    x = sp.from_numpy(np.ones(2, np.float32))
+    while_until(x, 1e-3)
+    many_short_whiles(x, 100)
+    assert np.all(x.to_numpy() > 2.0 + 99.0)

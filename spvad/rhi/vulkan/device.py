@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from ...errors import DeviceError
+from ...spirv.lower import LOOP_ITERATION_CAP
 from ..base import Buffer, Device
 from . import pipeline_cache
 from .loader import install_hint
@@ -26,7 +27,7 @@ EXT_DEBUG_UTILS = "VK_EXT_debug_utils"
 EXT_PORTABILITY_ENUM = "VK_KHR_portability_enumeration"
 EXT_PORTABILITY_SUBSET = "VK_KHR_portability_subset"
 EXT_ATOMIC_FLOAT = "VK_EXT_shader_atomic_float"
-LLVMPIPE, LLVMPIPE_LOOP_LIMIT = "llvmpipe", 65535
+LLVMPIPE = "llvmpipe"
 DEVICE_TYPES = {lib.VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: "discrete_gpu",
                 lib.VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: "integrated_gpu",
                 lib.VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: "virtual_gpu",
@@ -234,7 +235,7 @@ class VulkanDevice(ProgramMixin, Device):
             "int64_atomics": bool(int64_atomic is not None and int64_atomic.shaderBufferInt64Atomics
                                   and feats.features.shaderInt64),
             # llvmpipe (gallivm) silently ends every loop of an invocation after 65,535 iterations in total
-            # (LP_MAX_TGSI_LOOP_ITERATIONS): kernels then check their loops' exits and report it at sync
+            # (LP_MAX_TGSI_LOOP_ITERATIONS): kernels then count their iterations and report it at sync
             "loop_iteration_cap": LLVMPIPE in props.deviceName,
             # workgroup width chosen per launch (a spec constant): lavapipe runs every lane of a group,
             # so a 64-thread launch in a 512-wide group costs 8x its work
@@ -256,7 +257,7 @@ class VulkanDevice(ProgramMixin, Device):
                 "max_shared_memory_size": lim.maxComputeSharedMemorySize,
                 "max_memory_allocation_size": maint3.maxMemoryAllocationSize,
                 "subgroup_size": subgroup.subgroupSize,
-                "max_loop_iterations": LLVMPIPE_LOOP_LIMIT if LLVMPIPE in props.deviceName else 0,
+                "max_loop_iterations": LOOP_ITERATION_CAP if LLVMPIPE in props.deviceName else 0,
             },
             "features": features,
         }
