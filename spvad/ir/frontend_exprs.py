@@ -112,17 +112,23 @@ class ExprsMixin:
         self.error("only arrays, shapes, vectors, matrices and tuples can be indexed")
 
     def subscript_target(self, node):
-        base = self.visit(node.value)
+        """(array, field, indices) of `x[i, j]`, also written Taichi-style as `x[i][j]` (a component of a
+        vector or matrix element)."""
+        parts, inner = [node.slice], node.value
+        while isinstance(inner, ast.Subscript):   # x[i][r, c]: the element's indices come first
+            parts.insert(0, inner.slice)
+            inner = inner.value
+        base = self.visit(inner)
         arr, field = (base.array, base.field) if isinstance(base, FieldRef) else (base, "primal")
         if not isinstance(arr, N.ArrayParam):
+            if len(parts) > 1:
+                self.error("only array elements (and their components) can be assigned to")
             self.error("only array elements can be assigned to")
-        sl = node.slice
-        if isinstance(sl, ast.Constant) and sl.value is None:
-            raw = []
-        elif isinstance(sl, ast.Tuple):
-            raw = [self.visit(e) for e in sl.elts]
-        else:
-            raw = [self.visit(sl)]
+        raw = []
+        for sl in parts:
+            if isinstance(sl, ast.Constant) and sl.value is None:
+                continue
+            raw += [self.visit(e) for e in sl.elts] if isinstance(sl, ast.Tuple) else [self.visit(sl)]
         elem = self.array_element_shape(arr)
         if len(raw) != arr.ndim and not (elem and len(raw) == self.user_ndim(arr)):
             kind = f"{elem[0]}-vectors" if len(elem) == 1 else "x".join(map(str, elem)) + " matrices"

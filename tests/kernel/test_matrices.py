@@ -493,3 +493,23 @@ def test_taichi_style_methods(rng):
         np.linalg.det(m) + np.trace(m, axis1=1, axis2=2) + m[:, 1, 0] + np.linalg.inv(m)[:, 1, 2],
         (np.cross(a, b) * a / np.linalg.norm(a, axis=1, keepdims=True)).sum(1) + a[:, 2] * b[:, 0]], 1)
     np.testing.assert_allclose(out.to_numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+@sp.kernel
+def _component_stores(m: sp.Array, v: sp.Array):
+    for i in range(m.shape[0]):
+        m[i] = sp.mat2.identity()
+        m[i][1, 0] = 5.0 + i          # Taichi-style: a component of an array element
+        m[i][0][1] += 2.0
+        v[i][2] = 3.0
+        v[i][0] += 1.0
+
+
+def test_taichi_style_component_stores():
+    m, v = sp.ndarray(sp.mat2, (3,)), sp.ndarray(sp.vec3, (3,))
+    _component_stores(m, v)
+    want = np.tile(np.eye(2), (3, 1, 1))
+    want[:, 1, 0] = 5.0 + np.arange(3)
+    want[:, 0, 1] += 2.0
+    np.testing.assert_array_equal(m.to_numpy(), want)
+    np.testing.assert_array_equal(v.to_numpy(), np.tile([1.0, 0.0, 3.0], (3, 1)))
