@@ -43,6 +43,14 @@ class FwdMode:
         array.dual = Ndarray(array.dtype, array.shape)
         self.temporary.append(array)
 
+    def host_write(self, array, index):
+        """`fill`, `from_numpy` or `a[i] = v` of `array` inside the block: the values written depend on no
+        input, so the dual of what they overwrite becomes 0 (all of it, or the element at flat `index`)."""
+        if id(array) not in self.seen:   # first seen here: all of its dual starts at 0, as prepare() does
+            self.seen.add(id(array))
+            index = None
+        array.dual._zero_rows(index)
+
     def prepare(self, arrays):
         """An array first seen in this context starts with a zero dual (only `param` carries the seed)."""
         for a in arrays:

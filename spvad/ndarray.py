@@ -136,11 +136,24 @@ class Ndarray:
         return out.reshape(self.storage_shape)
 
     def _host_write(self, what, index=None):
-        """Called before a host write: the recording Tape may keep the old contents first."""
+        """Called before a host write: the recording Tape may keep the old contents first; inside sp.FwdMode
+        the written values become constants, so their dual is zeroed."""
         tape = recording.current()
         if tape is not None:
             tape.host_write(self, what, index)
+        fwd = recording.modes.fwd
+        if fwd and self.dual is not None:
+            fwd[-1].host_write(self, index)
         self.version += 1
+
+    def _zero_rows(self, index=None):
+        """Zero every element (index None) or the element at flat `index`, from the host."""
+        self._host_write("fill" if index is None else "setitem", index)
+        rows = self._rows()
+        if index is None:
+            rows[:] = 0
+        else:
+            rows[index] = 0
 
     def from_numpy(self, arr):
         arr = np.asarray(arr)

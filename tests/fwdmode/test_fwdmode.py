@@ -192,3 +192,51 @@ def test_in_place_updates_with_loss_equal_to_param(rng):
     x1 = np.sin(xf) * 1.5
     np.testing.assert_allclose(x.dual.to_numpy(), np.cos(x1) * 1.5 * np.cos(xf) * 1.5 * seed, rtol=1e-5)
     np.testing.assert_allclose(x.to_numpy(), np.sin(x1) * 1.5, rtol=1e-6)
+
+
+# ---- found by probing: a host write inside FwdMode makes the written values constants ----------------------
+@sp.kernel
+def _square_into(x: sp.Array, y: sp.Array):
+    for i in range(x.shape[0]):
+        y[i] = x[i] * x[i]
+
+
+@sp.kernel
+def _total(y: sp.Array, loss: sp.Array):
+    for i in range(y.shape[0]):
+        loss[None] += y[i] * y[i]
+
+
+@pytest.mark.parametrize("write", ["fill", "from_numpy", "setitem", "none"])
+def test_host_writes_inside_fwdmode_zero_the_dual(write, rng):
+    x0 = rng.uniform(0.5, 1.5, 3)
+    x = sp.from_numpy(x0.astype(np.float32), needs_dual=True)
+    y = sp.ndarray(sp.f32, (3,), needs_dual=True)
+    loss = sp.ndarray(sp.f32, (), needs_dual=True)
+    y.dual.fill(7.0)   # stale duals from before the block must not leak into it
+
+    def host(yv):
+        if write == "fill":
+            yv[:] = 0.5
+        elif write == "from_numpy":
+            yv[:] = [0.5, 0.25, 2.0]
+        elif write == "setitem":
+            yv[1] = 0.5
+        return yv
+
+    with sp.FwdMode(loss=loss, param=x, seed=[1.0, 1.0, 1.0]):
+        _square_into(x, y)
+        if write == "fill":
+            y.fill(0.5)
+        elif write == "from_numpy":
+            y.from_numpy(np.array([0.5, 0.25, 2.0], np.float32))
+        elif write == "setitem":
+            y[1] = 0.5
+        _total(y, loss)
+
+    def loss_of(xv):
+        return np.sum(host(xv * xv) ** 2)
+
+    eps = 1e-6
+    want = (loss_of(x0 + eps) - loss_of(x0 - eps)) / (2 * eps)   # along the all-ones seed
+    np.testing.assert_allclose(float(loss.dual.to_numpy()), want, rtol=1e-4, atol=1e-6)
