@@ -228,7 +228,7 @@ def test_derivative_table(name, rng):
         assert val[i] == pytest.approx(ref(p, s, STEPS), rel=1e-5, abs=1e-5)
         close(gp[i], fd(lambda q: ref(q, s, STEPS), p))
         assert gs[i] == pytest.approx(fd(lambda t: ref(p, t, STEPS), s), rel=5e-4, abs=5e-5)
-        assert gs1[i] == gs[i]
+        assert gs1[i] == pytest.approx(gs[i], rel=1e-5, abs=1e-6)   # forward vs reverse mode: rounding apart
         close(hp[i], fd_hessian(lambda q: ref(q, s, STEPS), p), 2e-3)
 
 
@@ -585,3 +585,58 @@ def test_transforms_bound_to_names(rng):
         np.testing.assert_allclose(h.to_numpy()[k], fd_hessian(_bumpy_np, P[k]), rtol=2e-3, atol=2e-3)
     with pytest.raises(TypeError, match="only be called inside a kernel"):
         _BUMPY_NORMAL(P[0], 0.5)
+
+
+# ---- which mode expands a transform: reverse for straight-line functions with fewer outputs than inputs ----
+@sp.func
+def _energy(F, mu):
+    J = sp.determinant(F)
+    return mu * (sp.trace(F.T @ F) - 3.0) - 2.0 * mu * sp.log(J) + 0.5 * (J - 1.0) * (J - 1.0)
+
+
+@sp.func
+def _looped(p, n):
+    acc = 0.0
+    for _ in range(n):
+        acc = acc + sp.sin(p[0] * acc + p[1])
+    return acc
+
+
+@sp.kernel
+def _modes(Fs: sp.Array, P: sp.Array, n: sp.i32, stress: sp.Array, g: sp.Array, J: sp.Array):
+    for i in range(Fs.shape[0]):
+        stress[i] = sp.grad(_energy, argnums=0)(Fs[i], 0.7)        # 9 inputs, 1 output: reverse
+        g[i] = sp.grad(_looped, argnums=0)(P[i], n)                  # a loop: forward
+        J[i] = sp.jacobian(_energy, argnums=1)(Fs[i], 0.7)          # 1 input: forward
+
+
+def test_reverse_mode_for_wide_straight_line_gradients(rng):
+    from spvad.autodiff import inline_derivatives as D
+    plans = []
+    original = D._reverse_plan
+    D._reverse_plan = lambda deriv: plans.append(original(deriv) is not None) or original(deriv)
+    try:
+        F = (np.eye(3) + 0.2 * rand(rng, (M, 3, 3))).astype(np.float32)
+        P = rand(rng, (M, 2))
+        stress, g, J = sp.ndarray(sp.mat3, (M,)), sp.ndarray(sp.vec2, (M,)), sp.ndarray(sp.f32, (M,))
+        _modes(sp.from_numpy(F, dtype=sp.mat3), sp.from_numpy(P, dtype=sp.vec2), 4, stress, g, J)
+    finally:
+        D._reverse_plan = original
+    assert sorted(plans) == [False, False, True]
+
+    def energy(Fm, mu=0.7):
+        j = np.linalg.det(Fm)
+        return mu * (np.trace(Fm.T @ Fm) - 3.0) - 2.0 * mu * np.log(j) + 0.5 * (j - 1.0) ** 2
+
+    def looped(p, n=4):
+        acc = 0.0
+        for _ in range(n):
+            acc = acc + np.sin(p[0] * acc + p[1])
+        return acc
+
+    for i in range(M):
+        Fi = F[i].astype(np.float64)
+        close(stress.to_numpy()[i], fd(energy, Fi))
+        close(g.to_numpy()[i], fd(looped, P[i].astype(np.float64)))
+        assert J.to_numpy()[i] == pytest.approx(np.trace(Fi.T @ Fi) - 3.0 - 2.0 * np.log(np.linalg.det(Fi)),
+                                                rel=1e-4)
