@@ -1,6 +1,7 @@
 """The compile pipeline: a Python function and its argument specs -> a compiled kernel.
 
-    frontend -> passes (in-kernel derivatives, simplify, loop exits, the derivative of `mode`, simplify) -> lowering -> validation
+    frontend -> passes (runtime-indexed locals, in-kernel derivatives, simplify, loop exits, the derivative
+              of `mode`, simplify) -> lowering -> validation
 
 Everything a launch needs comes back in the CompiledKernel: the tasks' code, the check plan of a checked
 build, the depth probes of data-dependent adstacks, what a launch writes and reads. Nothing here touches a

@@ -43,7 +43,8 @@ def _choose(task, stack):
     recompute_cost = sum(COST[s.op] for s in recomputed if isinstance(s, N.Compute))
     m = {t: push.value for t in tops}
     new = _forward_values(fwd_loop, _needed(cut, recomputed), m, _visible_in(task.body, fwd_loop))
-    store_cost = sum(COST[s.op] for s in new if isinstance(s, N.Compute)) + PUSH_POP * (len(cut) - (0 if keep_snapshot else 1))
+    store_cost = sum(COST[s.op] for s in new if isinstance(s, N.Compute)) + \
+        PUSH_POP * (len(cut) - (0 if keep_snapshot else 1))
     if store_cost >= recompute_cost:
         return
     _rewrite(task, stack, fwd_loop, rev_loop, pop, recomputed, cut, new, m, keep_snapshot)

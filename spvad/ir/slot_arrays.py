@@ -1,12 +1,12 @@
 """Vector and matrix locals indexed at run time (nodes.SlotSelect / SlotStore over a group of slots).
 
-Primal kernels keep the two statements for groups of ARRAY_MIN_SLOTS or more: the lowering makes each
-such group one Function-scope array, so an access costs one indexed load or store. Derivative kernels (and kernels with in-kernel derivatives) expand
-them first into selects over the slots, the same code the frontend used to emit: a read is
-`i == 1 ? s1 : (... (s0))`, a write stores `i == j ? v : s_j` into every slot j. Both forms agree everywhere,
-out-of-range indices included (a read gives slot 0, a write changes nothing), and both autodiff modes
-differentiate selects exactly: a select routes the derivative to the chosen slot, and the slots are ordinary
-locals (on adstacks when loop-carried).
+Primal kernels keep the two statements for groups of ARRAY_MIN_SLOTS or more: the lowering makes each such
+group one Function-scope array, so an access costs one indexed load or store. Derivative kernels (and kernels
+with in-kernel derivatives) expand them first into selects over the slots, the same code the frontend used to
+emit: a read is `i == 1 ? s1 : (... (s0))`, a write stores `i == j ? v : s_j` into every slot j. Both forms
+agree everywhere, out-of-range indices included (a read gives slot 0, a write changes nothing), and both
+autodiff modes differentiate selects exactly: a select routes the derivative to the chosen slot, and the slots
+are ordinary locals (on adstacks when loop-carried).
 """
 from ..types import u1
 from . import nodes as N
