@@ -49,7 +49,7 @@ class FwdMode:
         if id(array) not in self.seen:   # first seen here: all of its dual starts at 0, as prepare() does
             self.seen.add(id(array))
             index = None
-        array.dual._zero_rows(index)
+        array.dual.zero_on_device(index)
 
     def prepare(self, arrays):
         """An array first seen in this context starts with a zero dual (only `param` carries the seed)."""

@@ -146,14 +146,13 @@ class Ndarray:
             fwd[-1].host_write(self, index)
         self.version += 1
 
-    def _zero_rows(self, index=None):
-        """Zero every element (index None) or the element at flat `index`, from the host."""
-        self._host_write("fill" if index is None else "setitem", index)
-        rows = self._rows()
-        if index is None:
-            rows[:] = 0
-        else:
-            rows[index] = 0
+    def zero_on_device(self, element=None):
+        """Zero all of the array, or one element (a flat index; every component of it), on the device in
+        launch order, and bump the version: what a Tape's and a FwdMode's gradients start from."""
+        item, width = self._np_dtype.itemsize, max(self.width, 1)
+        first, count = (0, self.size) if element is None else (element * width, width)
+        self._runtime.device.fill_buffer(self.buffer, first * item, count * item, 0)
+        self.version += 1
 
     def from_numpy(self, arr):
         arr = np.asarray(arr)

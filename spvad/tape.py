@@ -165,10 +165,9 @@ class Tape:
     def backward(self):
         with runtime.LOCK:   # launches, fills and copies of one thread's backward pass stay together
             try:
-                device = runtime.get().device
                 for a in self.arrays.values():
                     if a.grad is not None:
-                        zero(device, a.grad)
+                        a.grad.zero_on_device()
                 if self.loss is not None:
                     self.loss.grad.fill(1)
                 for entry in reversed(self.entries):
@@ -189,14 +188,6 @@ def _rows(table, ai, field, array, scalars):
     exprs = table.get((ai, field))
     return None if exprs is None or not array.storage_shape else rows.evaluate(exprs, scalars,
                                                                                array.storage_shape[0])
-
-
-def zero(device, array, first=0, count=None):
-    """Zero `count` scalars of `array` from scalar `first` (all by default), on the device, in launch order."""
-    item = array._np_dtype.itemsize
-    count = array.size - first if count is None else count
-    device.fill_buffer(array.buffer, first * item, count * item, 0)
-    array.version += 1
 
 
 class LaunchEntry:
@@ -228,12 +219,8 @@ class HostWriteEntry:
         self.array, self.index = array, index
 
     def backward(self, tape):
-        a, width = self.array, max(self.array.width, 1)
-        if a.grad is not None:
-            if self.index is None:
-                zero(runtime.get().device, a.grad)
-            else:
-                zero(runtime.get().device, a.grad, self.index * width, width)
+        if self.array.grad is not None:
+            self.array.grad.zero_on_device(self.index)
 
 
 class CustomEntry:
