@@ -57,10 +57,11 @@ def launch(ck, arrays, scalars, extra=(), views=None):
         for part in (low, low.tail):   # a coarsened task's last n % 4 elements are a second dispatch
             if part is None or (part is low.tail and not part.threads(n)):
                 continue
+            push = PushPacker(part, shapes)
             recorded = dispatch(rt, part, on_device.pipeline(spec, part), arrays, scalars, shapes, n,
-                                extra_buffers, local)
+                                extra_buffers, local, push)
             on_device.after_launch(spec)
             if records is not None:
-                records.append(Record(recorded, on_device, spec, PushPacker(part, shapes), n, shapes))
+                records.append(Record(recorded, on_device, spec, push, n, shapes))
     bump_versions(ck.facts.writes, arrays)
     return records

@@ -2,20 +2,17 @@
 import struct
 
 
-def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=(), local=None):
+def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=(), local=None, push=None):
     """Record one dispatch of a lowered task over `n` threads (launches past the device's group-count
-    limit fold into 2-D); returns the device.launch arguments."""
+    limit fold into 2-D); returns the device.launch arguments. `push`: the PushPacker of the dispatch, when
+    the caller keeps it (a replay repacks its scalars)."""
     buffers = [_buffer(arrays[ai], field) for ai, field in low.bindings] + list(extra_buffers)
     groups = -(-low.threads(n) // (local or low.local_size))
     gx = min(groups, rt.device.info["limits"]["max_workgroup_count"][0])
-    recorded = (pipeline, buffers, push_constants(low, scalars, shapes), (gx, -(-groups // gx), 1))
+    push = push or PushPacker(low, shapes)
+    recorded = (pipeline, buffers, push(scalars), (gx, -(-groups // gx), 1))
     rt.device.launch(*recorded)
     return recorded
-
-
-def push_constants(low, scalars, shapes):
-    """The push-constant bytes of a launch: the scalars and array extents the task reads, in its format."""
-    return PushPacker(low, shapes)(scalars)
 
 
 class PushPacker:
