@@ -13,11 +13,14 @@ _parsed = {}   # code object -> (AST, file name, first line, lines)
 
 def _parse(fn):
     found = _block_by_indentation(fn)
-    try:
-        lines, first = found or inspect.getsourcelines(fn)
-    except (OSError, TypeError) as e:
-        raise CompileError(f"cannot read the source of {getattr(fn, '__name__', fn)!r}: {e}") from None
-    module = ast.parse(textwrap.dedent("".join(lines)))
+    if found is not None:
+        lines, first, module = found
+    else:
+        try:
+            lines, first = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as e:
+            raise CompileError(f"cannot read the source of {getattr(fn, '__name__', fn)!r}: {e}") from None
+        module = ast.parse(textwrap.dedent("".join(lines)))
     tree = next((n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
     if not isinstance(tree, ast.FunctionDef):
         raise CompileError(f"{fn.__name__} is not a plain function definition")
@@ -25,10 +28,10 @@ def _parse(fn):
 
 
 def _block_by_indentation(fn):
-    """(lines, first line) of `fn`'s definition, cut where the indentation returns to the `def` line's:
-    what inspect.getsourcelines gives, without its tokenizer (milliseconds on a process's first kernel).
-    None when that cut does not parse as one function (a line of a string or bracket further left), so
-    the caller asks inspect."""
+    """(lines, first line, parsed module) of `fn`'s definition, cut where the indentation returns to the
+    `def` line's: the lines inspect.getsourcelines gives, without its tokenizer (milliseconds on a process's
+    first kernel). None when that cut does not parse as one function (a line of a string or bracket further
+    left), so the caller asks inspect."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return None
@@ -56,7 +59,7 @@ def _block_by_indentation(fn):
         module = ast.parse(textwrap.dedent("".join(block)))
     except SyntaxError:
         return None
-    return (block, start + 1) if len(module.body) == 1 else None
+    return (block, start + 1, module) if len(module.body) == 1 else None
 
 
 class FunctionSource:
