@@ -273,5 +273,5 @@ class _Reverse(Emitter):
         return adj
 
     def accumulate(self, table, key, value):
-        value = self.cast(value, key.dtype) if key.dtype != value.dtype else value
+        value = self.cast(value, key.dtype)
         table[key] = value if key not in table else self.compute(Op.ADD, table[key], value)

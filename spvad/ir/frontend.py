@@ -269,11 +269,16 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
     def store_local(self, name, slot, value):
         """Store into an existing local slot, converting as its first assignment fixed its dtype."""
         self.check_same_task(name, slot)
-        v = self.typed(value, like=N.Const(0, slot.dtype))
-        if slot.dtype.is_int and v.dtype.is_float:
-            self.error(f"local '{name}' holds {slot.dtype} (from its first assignment); assigning a "
+        self.emit(N.LocalStore(slot, self.stored_value(name, slot.dtype, value)))
+
+    def stored_value(self, name, dtype, value):
+        """`value` converted for a local of `dtype`, which its first assignment fixed; a float into an int
+        local is refused (it would truncate)."""
+        v = self.typed(value, like=N.Const(0, dtype))
+        if dtype.is_int and v.dtype.is_float:
+            self.error(f"local '{name}' holds {dtype} (from its first assignment); assigning a "
                        f"{v.dtype} would truncate it: give it a float first value, e.g. {name} = 0.0")
-        self.emit(N.LocalStore(slot, self.cast(v, slot.dtype)))
+        return self.cast(v, dtype)
 
     @property
     def assignable(self):

@@ -106,10 +106,7 @@ class LocalArraysMixin:
             new = part if sym is None else self.binop(sym, self.emit(N.SlotSelect(slots.slots, index)), part)
             if isinstance(new, VecValue):
                 self.error(f"cannot store a {new.name} into an element of '{name}'")
-            v = self.typed(new, like=N.Const(0, dtype))
-            if dtype.is_int and v.dtype.is_float:
-                self.error(f"local '{name}' holds {dtype}; assigning a {v.dtype} would truncate it")
-            self.emit(N.SlotStore(slots.slots, index, self.cast(v, dtype)))
+            self.emit(N.SlotStore(slots.slots, index, self.stored_value(name, dtype, new)))
 
     def slots_name(self, slots):
         return shaped([N.Const(0, s.dtype) for s in slots.slots], slots.shape).name
