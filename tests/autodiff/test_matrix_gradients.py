@@ -7,6 +7,7 @@ import pytest
 
 import spvad as sp
 from tests.autodiff.test_vector_gradients import close, fd_grad
+from tests.kernel.test_matrices import make_kernel
 
 pytestmark = pytest.mark.backends   # each test runs on Vulkan and on the interpreter backend
 
@@ -106,14 +107,6 @@ GRADS = [   # (name, size n, kernel function of (A, B, u), float64 reference, we
     ("polar2", 2, g_polar, ref_polar, True, 1e-3),
     ("polar3", 3, g_polar, ref_polar, True, 1e-3),
 ]
-
-
-def make_kernel(f):
-    @sp.kernel
-    def k(a: sp.Array, b: sp.Array, u: sp.Array, out: sp.Array):
-        for i in range(a.shape[0]):
-            out[i] = f(a[i], b[i], u[i])
-    return k
 
 
 def setup(rng, n, well, m=4):

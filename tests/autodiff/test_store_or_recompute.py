@@ -11,16 +11,9 @@ from spvad.ir.frontend import ArraySpec, build_kernel
 from spvad.ir.interp import run_kernel
 from spvad.ir.ops import Op
 from spvad.pipeline import REVERSE, run_passes
+from tests.common_kernels import integrate
 
 F32 = ArraySpec(sp.f32, 1, needs_grad=True)
-
-
-def integrate(x: sp.Array, w: sp.Array, y: sp.Array, n: sp.i32):
-    for i in range(x.shape[0]):
-        v = x[i]
-        for _ in range(n):
-            v = v + 0.01 * sp.sin(v) * w[i]
-        y[i] = v
 
 
 def cheap(x: sp.Array, w: sp.Array, y: sp.Array, n: sp.i32):

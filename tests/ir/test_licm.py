@@ -10,17 +10,10 @@ from spvad.ir.interp import run_kernel
 from spvad.ir.licm import hoist_loop_invariants
 from spvad.ir.verify import verify
 from spvad.pipeline import PRIMAL, run_passes
+from tests.common_kernels import integrate
 
 F32 = ArraySpec(sp.f32, 1)
 I32 = ArraySpec(sp.i32, 1)
-
-
-def integrate(x: sp.Array, w: sp.Array, y: sp.Array, n: sp.i32):
-    for i in range(x.shape[0]):
-        v = x[i]
-        for _ in range(n):
-            v = v + 0.01 * sp.sin(v) * w[i]
-        y[i] = v
 
 
 def nested(x: sp.Array, w: sp.Array, y: sp.Array, n: sp.i32):

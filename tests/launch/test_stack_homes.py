@@ -11,6 +11,7 @@ import pytest
 import spvad as sp
 from spvad import runtime
 from spvad.launch.device_task import task_on_device
+from tests import common_kernels
 
 
 def held_homes(ct):
@@ -69,13 +70,7 @@ def rand(rng, lo=0.3, hi=1.0, dtype=np.float32):
 
 
 # ---- kernels and float64 references --------------------------------------------------------------------
-@sp.kernel
-def integrate(x: sp.Array, w: sp.Array, y: sp.Array, steps: sp.i32):
-    for i in range(x.shape[0]):
-        v = x[i]
-        for _ in range(steps):
-            v = v + 0.01 * sp.sin(v) * w[i]
-        y[i] = v
+integrate = sp.kernel(common_kernels.integrate)
 
 
 def integrate_ref(x, w, y, steps):

@@ -17,6 +17,7 @@ from spvad.spirv import tools
 from spvad.spirv.lower import lower_task
 from spvad.spirv.lower_adstack import (DEFAULT_FUNCTION_BUDGET_WORDS, choose_homes, function_budget_words,
                                        stack_shapes)
+from tests import common_kernels
 
 HOME_SETS = [("function", "function"), ("buffer", "buffer"), ("buffer", "function"), ("function", "buffer")]
 
@@ -125,14 +126,7 @@ def test_spirv_of_each_home(dt, homes):
 
 
 def test_reverse_mode_stacks_have_no_adjoint_array():
-    @sp.kernel
-    def integrate(x: sp.Array, w: sp.Array, y: sp.Array, steps: sp.i32):
-        for i in range(x.shape[0]):
-            v = x[i]
-            for _ in range(steps):
-                v = v + 0.01 * sp.sin(v) * w[i]
-            y[i] = v
-
+    integrate = sp.kernel(common_kernels.integrate)
     x = sp.from_numpy(np.ones(3, np.float32), needs_grad=True)
     args = (x, x, sp.ndarray(sp.f32, (3,), needs_grad=True), 5)
     ct = integrate._compiled(integrate._bind(args)[0], "reverse").tasks[0]

@@ -13,6 +13,7 @@ from spvad.ir.frontend import ArraySpec, build_kernel
 from spvad.spirv import tools
 from spvad.spirv.lower import lower_task
 from spvad.spirv.lower_bounds import record_words
+from tests import common_kernels
 
 kernel_module = sys.modules["spvad.kernel"]   # `spvad.kernel` the attribute is the decorator
 
@@ -58,22 +59,8 @@ def scale_vectors(v: sp.Array, s: sp.Array, out: sp.Array):
         out[i] = v[i] * s[i]
 
 
-@sp.kernel
-def integrate(x: sp.Array, w: sp.Array, y: sp.Array, n: sp.i32):
-    for i in range(x.shape[0]):
-        v = x[i]
-        for _ in range(n):
-            v = v + 0.01 * sp.sin(v) * w[i]
-        y[i] = v
-
-
-@sp.kernel
-def halve_until_small(x: sp.Array, y: sp.Array):
-    for i in range(x.shape[0]):
-        v = x[i]
-        while v > 0.1:
-            v = v * 0.5 + 0.01
-        y[i] = v
+integrate = sp.kernel(common_kernels.integrate)
+halve_until_small = sp.kernel(common_kernels.halve_until_small)
 
 
 def programs(rng):

@@ -12,9 +12,11 @@ import pytest
 
 import spvad as sp
 from spvad.ir.interp import eval_num_threads
+from spvad.launch.dispatch import PushPacker
 from spvad.rhi.metal.program import fold_groups
 from spvad.rhi.metal.translate import METAL_FEATURES, translate_spirv
 from spvad.spirv import tools
+from tests.common_kernels import flip, sin_out, sin_steps
 
 pytestmark = pytest.mark.skipif(shutil.which("spirv-as") is None, reason="needs spirv-tools")
 SHADERS = pathlib.Path(__file__).resolve().parents[2] / "shaders_ref"
@@ -22,31 +24,7 @@ NUM = 100   # threads: not a multiple of any workgroup size, more than one group
 S, STEPS = 0.3, 5
 
 
-# ---- the kernels the reference shaders are the gradients of ----------------------------------------------
-def sin_out(x: sp.Array, y: sp.Array):
-    for i in range(x.shape[0]):
-        y[i] = sp.sin(x[i])
-
-
-def integrate(x: sp.Array, y: sp.Array, s: sp.f32, n: sp.i32):
-    for i in range(x.shape[0]):
-        v = x[i]
-        for _ in range(n):
-            v = v + s * sp.sin(v)
-        y[i] = v
-
-
-def flip(x: sp.Array, y: sp.Array, n: sp.i32):
-    for i in range(x.shape[0]):
-        v = x[i]
-        up = v > 0.0
-        for _ in range(n):
-            if up:
-                v = v * 0.5
-            else:
-                v = v * 2.0
-            up = not up
-        y[i] = v
+# the kernels the reference shaders are the gradients of: tests/common_kernels.py (sin_out, sin_steps, flip)
 
 
 # ---- the oracle: adstack semantics of spvad/ir/interp.py on Python values --------------------------------
@@ -187,8 +165,7 @@ def run_compiled(dev, kernel, args, data, target=None):
         if low.flag_binding is not None:
             flag_bufs.append((upload(dev, np.zeros(1 + len(low.adstacks), np.uint32)), low))
             buffers.append(flag_bufs[-1][0])
-        values = [scalars[f[1]] if f[0] == "scalar" else shapes[f[1]][f[2]] for f in low.push_fields]
-        push = struct.pack(low.push_format, *values) if low.push_size else b""
+        push = PushPacker(low, shapes)(scalars)
         dispatch(dev, low.spirv, kernel.name, buffers, push, n, low.local_size,
                  ct.spec_constants(scalars, shapes, n))
     dev.sync()
@@ -253,7 +230,7 @@ def test_adstack_reference_follows_the_model(dev, kind, cap):
 
 # ---- the compiler's output for the same kernels ------------------------------------------------------------
 # reference shader -> (kernel function, its scalar arguments, the reference's push-constant format)
-CASES = {"grad_sin": (sin_out, (), "<i"), "adstack_f32": (integrate, (S, STEPS), "<fii"),
+CASES = {"grad_sin": (sin_out, (), "<i"), "adstack_f32": (sin_steps, (S, STEPS), "<fii"),
          "adstack_bool": (flip, (STEPS,), "<ii")}
 
 

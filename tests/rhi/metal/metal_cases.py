@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
+from tests import common_kernels
 
 # A test that needs macOS with a Metal GPU and pyobjc-framework-Metal: marked `mac`, skipped elsewhere.
 MAC_REASON = "needs macOS with a Metal GPU and pyobjc-framework-Metal"
@@ -21,42 +22,10 @@ def saxpy(x: sp.Array, y: sp.Array, a: sp.f32):
         y[i] = a * x[i] + y[i]
 
 
-@sp.kernel
-def sin_out(x: sp.Array, y: sp.Array):
-    for i in range(x.shape[0]):
-        y[i] = sp.sin(x[i])
-
-
-@sp.kernel
-def integrate(x: sp.Array, y: sp.Array, s: sp.f32, n: sp.i32):
-    for i in range(x.shape[0]):
-        v = x[i]
-        for _ in range(n):
-            v = v + s * sp.sin(v)
-        y[i] = v
-
-
-@sp.kernel
-def flip(x: sp.Array, y: sp.Array, n: sp.i32):
-    for i in range(x.shape[0]):
-        v = x[i]
-        up = v > 0.0
-        for _ in range(n):
-            if up:
-                v = v * 0.5
-            else:
-                v = v * 2.0
-            up = not up
-        y[i] = v
-
-
-@sp.kernel
-def halve_until_small(x: sp.Array, y: sp.Array):
-    for i in range(x.shape[0]):
-        v = x[i]
-        while v > 0.1:
-            v = v * 0.5 + 0.01
-        y[i] = v
+sin_out = sp.kernel(common_kernels.sin_out)
+integrate = sp.kernel(common_kernels.sin_steps)
+flip = sp.kernel(common_kernels.flip)
+halve_until_small = sp.kernel(common_kernels.halve_until_small)
 
 
 @sp.kernel
