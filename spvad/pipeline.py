@@ -161,7 +161,8 @@ def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=()):
     """The passes of `mode`, in order; returns (kernel, check plan of a checked build or None)."""
     # in-kernel derivatives (sp.grad & co) first: every later pass, kernel-level autodiff too, sees plain IR;
     # before them, runtime-indexed locals become selects wherever a derivative will be taken
-    steps = [expand_derivatives, simplify.simplify, eliminate_all_loop_exits]
+    steps = [lambda k: expand_derivatives(k, mode.kind == "primal", ad_stack_size), simplify.simplify,
+             eliminate_all_loop_exits]
     if mode.kind != "primal" or any(isinstance(s, N.Derivative) for t in kernel.tasks for s in N.walk(t.body)):
         steps.insert(0, expand_slot_arrays)
     else:   # small groups run faster as selects (ir/slot_arrays.py)
@@ -176,6 +177,8 @@ def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=()):
         steps += optimiser(0, skip) + [dual_kernel] + optimiser(1, skip)
     elif mode.kind == "primal":   # no derivative follows: the passes' last form at once
         steps += optimiser(1, skip)
+        if "store" not in skip:   # adstacks of in-kernel derivatives in reverse mode
+            steps.append(store_or_recompute)
     elif mode.kind == "checked":
         steps += optimiser(0, skip)
         steps.append(lambda k: _keep(instrument(k, list(mode.alias) if mode.alias else None), plan))

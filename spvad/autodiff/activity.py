@@ -3,6 +3,7 @@ which primal values and local slots the reverse pass must be able to recompute.
 
 Active = depends on a load from a needs-grad array AND flows into a store/atomic into a needs-grad
 array (through values and local slots), float-typed. Nothing is computed, stored or pushed for the rest.
+Inside a kernel (autodiff/inline_reverse.py) the inputs are a derivative's Seeds and the outputs are given.
 """
 from ..errors import AutodiffRuleError
 from ..ir import nodes as N
@@ -13,10 +14,11 @@ CONSTRUCTS = (N.If, N.RangeFor, N.While)
 
 class Activity:
     """`flag` names the ArrayParam attribute marking differentiated arrays: needs_grad (reverse mode)
-    or needs_dual (forward mode)."""
+    or needs_dual (forward mode), or None (no array is). `outputs`: values differentiated besides the array
+    stores (an in-kernel derivative's results); Seed statements are differentiated inputs."""
 
-    def __init__(self, task, flag="needs_grad"):
-        self.task, self.flag = task, flag
+    def __init__(self, task, flag="needs_grad", outputs=()):
+        self.task, self.flag, self.outputs = task, flag, outputs
         self.stmts = list(N.walk(task.body))
         self.parent = {}                     # stmt -> enclosing construct (or None)
         self._parents(task.body, None)
@@ -39,17 +41,18 @@ class Activity:
                 self._parents(b, s)
 
     def is_grad_array_access(self, s):
-        return getattr(s.array, self.flag) and s.field == "primal" and s.array.dtype.is_float
+        return self.flag is not None and getattr(s.array, self.flag) and s.field == "primal" and \
+            s.array.dtype.is_float
 
     def _activity(self):
         fwd, fwd_slots = set(), set()
-        bwd, bwd_slots = set(), set()
+        bwd, bwd_slots = set(self.outputs), set()
         changed = True
         while changed:   # fixed point: loops make slots feed themselves
             changed = False
             for s in self.stmts:
                 if s.dtype is not None and s.dtype.is_float and s not in fwd:
-                    if (isinstance(s, N.GlobalLoad) and self.is_grad_array_access(s)) or \
+                    if isinstance(s, N.Seed) or (isinstance(s, N.GlobalLoad) and self.is_grad_array_access(s)) or \
                             (isinstance(s, N.Compute) and s.op not in NOT_DIFFERENTIABLE and
                              any(a in fwd for a in s.args)) or \
                             (isinstance(s, N.LocalLoad) and s.slot in fwd_slots):
@@ -85,7 +88,7 @@ class Activity:
         self.active_slots = fwd_slots & bwd_slots
 
     def _has_rev_work(self, s):
-        if isinstance(s, (N.Compute, N.GlobalLoad, N.LocalLoad)):
+        if isinstance(s, (N.Compute, N.GlobalLoad, N.LocalLoad, N.Seed)):
             return s in self.active
         if isinstance(s, N.LocalStore):
             return s.slot in self.active_slots
@@ -138,13 +141,13 @@ class Activity:
         flag = _exit_flag(construct)
         read = []
         for b in construct.blocks():
-            for slot in _read_before_written(b.stmts):
+            for slot in read_before_written(b.stmts):
                 if slot in self.needed_slots and slot is not flag and slot not in read:
                     read.append(slot)
         return read
 
 
-def _read_before_written(stmts):
+def read_before_written(stmts):
     """Slots some statement loads before a top-level store of this block assigns them, in order (a loop
     reads its exit flag before its body)."""
     written, out = set(), []

@@ -13,32 +13,59 @@ calling sp.grad) expand innermost first.
 from ..ir import nodes as N
 from ..ir.emit import Emitter
 from ..ir.ops import Op
+from .adstack import StackSizer
+from .inline_reverse import InlineReverse, stacks_sized_without_probe
 from .rules import NOT_DIFFERENTIABLE, partials
 
 
-def expand_derivatives(kernel):
-    """Replace every Derivative statement of `kernel` by plain IR, in place; returns the kernel."""
+def expand_derivatives(kernel, stacks=False, ad_stack_size=None):
+    """Replace every Derivative statement of `kernel` by plain IR, in place; returns the kernel. `stacks`:
+    reverse mode may put a function's loop-carried values on adstacks (inline_reverse.py; primal kernels
+    only: kernel-level autodiff does not differentiate adstacks), sized by `ad_stack_size` when given."""
     for task in kernel.tasks:
-        slots = []   # tangent slots: declared at the top of the task, like the frontend's locals
-        if _expand_block(task.body, slots):
-            task.body.stmts[0:0] = slots
+        expansion = _Expansion(task, stacks, ad_stack_size)
+        if expansion.block(task.body, 0):
+            task.body.stmts[0:0] = expansion.slots
+            if expansion.sizer is not None and expansion.sizer.stacks:
+                task.stack_sizes = expansion.sizer
     return kernel
 
 
-def _expand_block(block, slots):
-    """Expand the Derivatives in `block` (those nested in others first); whether there was any."""
-    out, found = [], False
-    for s in block.stmts:
-        for b in s.blocks():
-            found |= _expand_block(b, slots)
-        if isinstance(s, N.Derivative):
-            plan = _reverse_plan(s)
-            out.extend(_Reverse(s, *plan).run() if plan else _VectorForward(s, slots).run())
-            found = True
-        else:
-            out.append(s)
-    block.stmts[:] = out
-    return found
+class _Expansion:
+    """The Derivatives of one task; `slots` gathers what goes to the top of the task (like the frontend's
+    locals): tangent and adjoint slots, adstacks."""
+
+    def __init__(self, task, stacks, ad_stack_size):
+        self.task, self.stacks, self.ad_stack_size = task, stacks, ad_stack_size
+        self.slots, self.sizer = [], None
+
+    def block(self, block, depth):
+        """Expand the Derivatives in `block` (those nested in others first); whether there was any."""
+        out, found = [], False
+        for s in block.stmts:
+            for b in s.blocks():
+                found |= self.block(b, depth + isinstance(s, N.Derivative))
+            if isinstance(s, N.Derivative):
+                out.extend(self.expand(s, depth))
+                found = True
+            else:
+                out.append(s)
+        block.stmts[:] = out
+        return found
+
+    def expand(self, deriv, depth):
+        plan = _reverse_plan(deriv)
+        if plan is None:
+            return _VectorForward(deriv, self.slots).run()
+        if not any(s.blocks() for s in deriv.body.stmts):
+            return _Reverse(deriv, *plan).run()
+        # a derivative inside another one is differentiated again, in forward mode: no stacks there
+        if self.stacks and depth == 0:
+            if self.sizer is None:
+                self.sizer = StackSizer(self.task, self.ad_stack_size)
+            if stacks_sized_without_probe(deriv, self.sizer):
+                return InlineReverse(deriv, *plan, self.sizer, self.slots).run()
+        return _VectorForward(deriv, self.slots).run()
 
 
 def _is_zero(v):
@@ -198,8 +225,6 @@ def _reverse_plan(deriv):
     Seed whose tangent is 1 in it (0 for every other seed); outputs: the values Tangents read; first: the index
     of the first Tangent, from which on the body only reads and stores tangents."""
     stmts = deriv.body.stmts
-    if any(s.blocks() for s in stmts):   # loops and branches: forward mode needs no adstack
-        return None
     owner = {}
     for s in stmts:
         if isinstance(s, N.Seed):

@@ -27,7 +27,7 @@ def reverse_task(kernel, task, sizer_options, scratch, thread_private=True):
     of the gradient kernel."""
     check_differentiable(kernel, task, "reverse")
     eliminate_loop_exits(task)
-    rev = _Reverser(kernel, task, sizer_options, scratch, thread_private)
+    rev = Reverser(kernel, task, sizer_options, scratch, thread_private)
     grad = rev.run()
     if grad is None:
         return []
@@ -37,7 +37,9 @@ def reverse_task(kernel, task, sizer_options, scratch, thread_private=True):
     return before + [grad] + after
 
 
-class _Reverser(Emitter):
+class Reverser(Emitter):
+    prints = False   # whether a replay keeps the primal's prints (the first replay of an in-kernel derivative)
+
     def __init__(self, kernel, task, sizer_options, scratch, thread_private=True):
         super().__init__()
         self.kernel, self.task, self.scratch = kernel, task, scratch
@@ -125,9 +127,11 @@ class _Reverser(Emitter):
     def replay(self, stmts, m, snap):
         for s in stmts:
             self.loc = s.loc
-            if isinstance(s, (N.Alloca, N.Print)) or type(s).WRITES_ARRAY:
+            if isinstance(s, N.Alloca) or type(s).WRITES_ARRAY or (isinstance(s, N.Print) and not self.prints):
                 continue   # slots are hoisted; the gradient kernel never writes primal outputs nor prints
-            if isinstance(s, N.LoopIndex):
+            if isinstance(s, N.Seed):   # an in-kernel derivative's input (inline_reverse.py): its value
+                m[s] = m[s.value]
+            elif isinstance(s, N.LoopIndex):
                 target = m[s.loop]
                 m[s] = self.emit(N.LoopIndex(target)) if isinstance(target, N.RangeFor) else target
             elif isinstance(s, N.If):
@@ -205,6 +209,8 @@ class _Reverser(Emitter):
                         self.accumulate(a, self.compute(Op.MUL, g, self.cast(p, g.dtype)))
             elif isinstance(s, N.LocalLoad):
                 self.accumulate(s.slot, self.take_adjoint(s))
+            elif isinstance(s, N.Seed):
+                self.seed_adjoints[s] = self.take_adjoint(s)
             elif isinstance(s, N.LocalStore):
                 self.accumulate(s.value, self.take_adjoint(s.slot))
             elif isinstance(s, N.GlobalLoad):

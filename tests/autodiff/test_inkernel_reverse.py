@@ -1,0 +1,241 @@
+"""Reverse mode inside kernels for functions with loops and branches (autodiff/inline_reverse.py): the
+derivative table in reverse mode against float64 references, adstacks sized at launch or by ad_stack_size,
+overflow raised at sync, derivatives taken again and again in a kernel loop, several outputs (a sweep each,
+replaying the same random numbers), prints, and whole programs differentiated again (Tape, k.grad)."""
+import numpy as np
+import pytest
+
+import spvad as sp
+from spvad.autodiff import inline_derivatives as D
+from tests.autodiff.test_inkernel_derivatives import (M, STEPS, TABLE, close, fd, fd_hessian, rand,
+                                                      table_kernel)
+
+pytestmark = pytest.mark.backends
+
+
+@pytest.fixture
+def reverse_everywhere(monkeypatch):
+    """Every unit-direction derivative takes reverse mode (the width threshold at 0), compiled afresh;
+    returns the list of the derivatives expanded with loops or branches in reverse mode (their widths)."""
+    monkeypatch.setattr(D, "REVERSE_WIDTH_PER_OUTPUT", 0)
+    monkeypatch.setenv("SPVAD_CACHE", "0")
+    seen = []
+
+    class Recorded(D.InlineReverse):
+        def run(self):
+            seen.append(self.deriv.width)
+            return super().run()
+    monkeypatch.setattr(D, "InlineReverse", Recorded)
+    return seen
+
+
+def uses_stacks(kernel, *args):
+    return "adstack " in kernel.ir(*args)
+
+
+def run_table(name, rng, kernel):
+    f, ref = TABLE[name]
+    P, S = rand(rng, (M, 3)), rand(rng, M)
+    outs = [sp.ndarray(sp.f32, (M,)), sp.ndarray(sp.vec3, (M,)), sp.ndarray(sp.f32, (M,)),
+            sp.ndarray(sp.f32, (M,)), sp.ndarray(sp.mat3, (M,))]
+    args = (sp.from_numpy(P, dtype=sp.vec3), sp.from_numpy(S), STEPS, *outs)
+    kernel(*args)
+    val, gp, gs, gs1, hp = (o.to_numpy() for o in outs)
+    for i in range(M):
+        p, s = P[i].astype(np.float64), float(S[i])
+        assert val[i] == pytest.approx(ref(p, s, STEPS), rel=1e-5, abs=1e-5)
+        close(gp[i], fd(lambda q: ref(q, s, STEPS), p))
+        assert gs[i] == pytest.approx(fd(lambda t: ref(p, t, STEPS), s), rel=5e-4, abs=5e-5)
+        assert gs1[i] == pytest.approx(gs[i], rel=1e-5, abs=1e-6)
+        close(hp[i], fd_hessian(lambda q: ref(q, s, STEPS), p), 2e-3)
+    return args
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_derivative_table_in_reverse_mode(name, rng, reverse_everywhere):
+    """Value, gradients and hessian (reverse over forward) of every row; loops put their loop-carried
+    values on stacks sized at launch from `n`; a while loop's trip count is data: forward mode."""
+    kernel = table_kernel(TABLE[name][0])
+    args = run_table(name, rng, kernel)
+    assert uses_stacks(kernel, *args) == (name == "loop")
+    # value_and_grad (4 inputs), grad (1) and the hessian's outer jacobian (3 outputs, reverse over the
+    # inner gradient's forward mode) of a function with loops or branches
+    assert sorted(reverse_everywhere) == ([1, 3, 4] if name in ("loop", "branches", "nested") else [])
+
+
+def test_while_loops_with_a_fixed_stack_size(rng, reverse_everywhere):
+    """ad_stack_size sizes the stacks of a while loop (no probe needed): reverse mode there too."""
+    kernel = sp.kernel(table_kernel(TABLE["while"][0]).fn, ad_stack_size=16)
+    args = run_table("while", rng, kernel)
+    assert uses_stacks(kernel, *args) and sorted(reverse_everywhere) == [1, 3, 4]
+
+
+# ---- a wide function with a loop: reverse mode by default (9 inputs, 1 output) -----------------------------
+@sp.func
+def chain_energy(F, n):
+    """x_{k+1} = tanh(F x_k), e = sum_k |x_k|^2: the gradient with respect to F's 9 entries."""
+    x = sp.vec3(1.0, 0.5, -0.3)
+    e = 0.0
+    for _ in range(n):
+        x = sp.tanh(F @ x)
+        e += sp.dot(x, x)
+    return e
+
+
+def chain_energy_np(F, n):
+    x, e = np.array([1.0, 0.5, -0.3]), 0.0
+    for _ in range(n):
+        x = np.tanh(F @ x)
+        e += x @ x
+    return e
+
+
+def chain_gradient_np(F, n):
+    """The same gradient by hand (backpropagation in float64)."""
+    xs = [np.array([1.0, 0.5, -0.3])]
+    for _ in range(n):
+        xs.append(np.tanh(F @ xs[-1]))
+    G, gx = np.zeros((3, 3)), np.zeros(3)
+    for k in range(n, 0, -1):
+        gx = gx + 2 * xs[k]
+        gz = gx * (1 - xs[k] ** 2)
+        G += np.outer(gz, xs[k - 1])
+        gx = F.T @ gz
+    return G
+
+
+@sp.kernel
+def descend(Fs: sp.Array, n: sp.i32, iters: sp.i32, lr: sp.f32, out: sp.Array, e: sp.Array):
+    for i in range(Fs.shape[0]):
+        F = Fs[i]
+        for _ in range(iters):   # the derivative runs again every iteration: its adjoints start at zero
+            F = F - lr * sp.grad(chain_energy)(F, n)
+        out[i] = F
+        e[i] = chain_energy(F, n)
+
+
+def test_gradient_descent_inside_a_kernel(rng):
+    F0 = (0.6 * rand(rng, (M, 3, 3))).astype(np.float32)
+    out, e = sp.ndarray(sp.mat3, (M,)), sp.ndarray(sp.f32, (M,))
+    args = (sp.from_numpy(F0, dtype=sp.mat3), 6, 5, 0.05, out, e)
+    descend(*args)
+    assert uses_stacks(descend, *args)
+    np.testing.assert_allclose(chain_gradient_np(F0[0].astype(np.float64), 6),
+                               fd(lambda F: chain_energy_np(F, 6), F0[0].astype(np.float64)), rtol=1e-6)
+    for i in range(M):
+        F = F0[i].astype(np.float64)
+        for _ in range(5):
+            F = F - 0.05 * chain_gradient_np(F, 6)
+        close(out.to_numpy()[i], F, 2e-5)
+        assert e.to_numpy()[i] == pytest.approx(chain_energy_np(F, 6), rel=1e-5)
+
+
+@sp.kernel
+def step_energy(Fs: sp.Array, n: sp.i32, lr: sp.f32, e: sp.Array):
+    for i in range(Fs.shape[0]):
+        F = Fs[i]
+        e[i] = chain_energy(F - lr * sp.grad(chain_energy)(F, n), n)
+
+
+@sp.kernel
+def weighted_sum(e: sp.Array, w: sp.Array, loss: sp.Array):
+    for i in range(e.shape[0]):
+        loss[None] += w[i] * e[i]
+
+
+def test_whole_programs_differentiate_it_again(rng):
+    """The primal launch runs the inner gradient in reverse mode; the Tape's backward (k.grad), reverse over
+    forward, through a second kernel."""
+    F0 = (0.6 * rand(rng, (M, 3, 3))).astype(np.float32)
+    Fs = sp.from_numpy(F0, dtype=sp.mat3, needs_grad=True)
+    e = sp.ndarray(sp.f32, (M,), needs_grad=True)
+    w = rand(rng, M)
+    loss = sp.ndarray(sp.f32, (), needs_grad=True)
+
+    def after_step(F, n=6, lr=0.05):
+        return chain_energy_np(F - lr * chain_gradient_np(F, n), n)
+    with sp.Tape(loss=loss):
+        step_energy(Fs, 6, 0.05, e)
+        weighted_sum(e, sp.from_numpy(w), loss)
+    assert uses_stacks(step_energy, Fs, 6, 0.05, e)
+    for i in range(M):
+        assert e.to_numpy()[i] == pytest.approx(after_step(F0[i].astype(np.float64)), rel=1e-5)
+        close(Fs.grad.to_numpy()[i], w[i] * fd(after_step, F0[i].astype(np.float64)), 1e-4)
+
+
+# ---- stacks: sized at launch, by ad_stack_size, and an overflow raised at sync ------------------------------
+def test_stacks_follow_the_launch_and_overflow_is_raised(rng):
+    F0 = (0.6 * rand(rng, (M, 3, 3))).astype(np.float32)
+    Fs = sp.from_numpy(F0, dtype=sp.mat3)
+    out, e = sp.ndarray(sp.mat3, (M,)), sp.ndarray(sp.f32, (M,))
+    for n in (3, 40):   # capacities from n at every launch
+        descend(Fs, n, 1, 0.05, out, e)
+        close(out.to_numpy(), F0 - 0.05 * np.stack([chain_gradient_np(F.astype(np.float64), n) for F in F0]), 2e-5)
+    small = sp.kernel(descend.fn, ad_stack_size=4)
+    small(Fs, 4, 1, 0.05, out, e)
+    with pytest.raises(sp.AdStackOverflowError, match="ad_stack_size>=5"):
+        small(Fs, 5, 1, 0.05, out, e)
+        sp.sync()
+    small(Fs, 2, 1, 0.05, out, e)   # the runtime goes on
+    close(out.to_numpy(), F0 - 0.05 * np.stack([chain_gradient_np(F.astype(np.float64), 2) for F in F0]), 2e-5)
+
+
+# ---- several outputs: a sweep each, every sweep drawing the forward's random numbers ------------------------
+@sp.func
+def noisy(p):
+    a = 0.0
+    b = 0.0
+    for _ in range(4):
+        a += sp.random(sp.f32) * p.x
+        b += sp.random(sp.f32) * p.y * p.y
+    return sp.vec2(a, b)
+
+
+@sp.kernel
+def noisy_vjp(pts: sp.Array, c: sp.Array, val: sp.Array, g: sp.Array):
+    for i in range(pts.shape[0]):
+        v, (gp,) = sp.vjp(noisy, (pts[i],), c[i])
+        val[i] = v
+        g[i] = gp
+
+
+def test_several_outputs_replay_the_same_random_numbers(rng, reverse_everywhere):
+    """v = (A x, B y^2) with random sums A, B: J^T c = (c0 A, 2 c1 B y, 0) = (c0 v0 / x, 2 c1 v1 / y, 0)."""
+    P, C = rand(rng, (M, 3)), rand(rng, (M, 2))
+    val, g = sp.ndarray(sp.vec2, (M,)), sp.ndarray(sp.vec3, (M,))
+    noisy_vjp(sp.from_numpy(P, dtype=sp.vec3), sp.from_numpy(C, dtype=sp.vec2), val, g)
+    assert reverse_everywhere == [3]
+    v, P64, C64 = val.to_numpy().astype(np.float64), P.astype(np.float64), C.astype(np.float64)
+    want = np.stack([C64[:, 0] * v[:, 0] / P64[:, 0], 2 * C64[:, 1] * v[:, 1] / P64[:, 1], 0 * v[:, 0]], -1)
+    np.testing.assert_allclose(g.to_numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+# ---- the function's prints: once, from the primal run ------------------------------------------------------
+@sp.func
+def loud(p, n):
+    acc = 0.0
+    for k in range(n):
+        acc += sp.sin(p.x * k + p.y)
+        if k == n - 1:
+            print("last step", k)
+    return acc * p.z
+
+
+@sp.kernel
+def loud_grad(pts: sp.Array, n: sp.i32, g: sp.Array):
+    for i in range(pts.shape[0]):
+        g[i] = sp.grad(loud)(pts[i], n)
+
+
+def test_prints_once(rng, capsys, reverse_everywhere):
+    P = rand(rng, (2, 3))
+    g = sp.ndarray(sp.vec3, (2,))
+    loud_grad(sp.from_numpy(P, dtype=sp.vec3), 3, g)
+    sp.sync()
+    assert capsys.readouterr().out.splitlines() == ["last step 2"] * 2
+    assert reverse_everywhere == [3]
+
+    def ref(p):
+        return sum(np.sin(p[0] * k + p[1]) for k in range(3)) * p[2]
+    for i in range(2):
+        close(g.to_numpy()[i], fd(ref, P[i].astype(np.float64)))
