@@ -215,11 +215,15 @@ class _VectorForward(Emitter):
         self.tangents[s] = out
 
 
-# ---- reverse mode for straight-line functions -------------------------------------------------------------
+# ---- reverse mode ------------------------------------------------------------------------------------------
 # Reverse mode pays off only for many more inputs than outputs: a vector forward pass keeps its k tangents
 # side by side. On lavapipe, a million gradients of a scalar function: 3 inputs (an SDF normal) forward
 # 4.2 ms, reverse 4.9 ms; 9 inputs (the energy of a 3x3 deformation gradient) forward 7.9 ms, reverse 6.8 ms.
+# With a loop, reverse mode also replays each iteration and keeps its loop-carried values on adstacks
+# (benchmarks/inner_modes.py, 8 steps of x <- tanh(F x)): 9 inputs reverse/forward 1.28, 12 inputs 1.12,
+# 16 inputs 0.79.
 REVERSE_WIDTH_PER_OUTPUT = 4
+REVERSE_WIDTH_PER_OUTPUT_WITH_LOOPS = 12
 def _reverse_plan(deriv):
     """(owner, outputs, first) when `deriv` is cheaper in reverse mode, else None. owner: direction -> the
     Seed whose tangent is 1 in it (0 for every other seed); outputs: the values Tangents read; first: the index
@@ -237,7 +241,9 @@ def _reverse_plan(deriv):
                     owner[j] = s
     tangents = [s for s in stmts if isinstance(s, N.Tangent)]
     outputs = list(dict.fromkeys(t.value for t in tangents))
-    if len(owner) != deriv.width or not outputs or deriv.width <= REVERSE_WIDTH_PER_OUTPUT * len(outputs):
+    loops = any(isinstance(s, (N.RangeFor, N.While)) for s in N.walk(deriv.body))
+    per_output = REVERSE_WIDTH_PER_OUTPUT_WITH_LOOPS if loops else REVERSE_WIDTH_PER_OUTPUT
+    if len(owner) != deriv.width or not outputs or deriv.width <= per_output * len(outputs):
         return None
     first = stmts.index(tangents[0])
     if any(isinstance(s, N.Seed) or not isinstance(s, (N.Tangent, N.LocalStore, N.Const, N.Compute))

@@ -133,10 +133,12 @@ class Result:
         return rebuild(self.shape, self.values)
 
 
-def differentiate(b, inputs, width, run, want_value, what):
+def differentiate(b, inputs, width, run, want_value, what, contract=None):
     """Emit a Derivative of `width` directions. `inputs`: (shape, components, seeds per component) of each
     active input, seeds being `width` tangents; `run(seeded values)` emits the function inside the
-    statement's body and returns its output. Returns a Result; the derivative's slots are read after it."""
+    statement's body and returns its output. `contract(shape, outputs)`, when given, returns one scalar
+    made of the outputs (vjp's <c, f>): the only one differentiated, so that reverse mode takes one sweep.
+    Returns a Result; the derivative's slots are read after it."""
     deriv = b.emit(N.Derivative(N.Block(), width))
     saved = b.block
     b.block = deriv.body
@@ -145,7 +147,8 @@ def differentiate(b, inputs, width, run, want_value, what):
                   for shape, comps, seeds in inputs]
         shape, outs = float_components(b, run(seeded), f"the result of {what}")
         value_slots = [store(b, o, "value") for o in outs] if want_value else []
-        tangent_slots = [[store(b, b.emit(N.Tangent(o, j)), f"tangent{j}") for j in range(width)] for o in outs]
+        wrt = outs if contract is None else [contract(shape, outs)]
+        tangent_slots = [[store(b, b.emit(N.Tangent(o, j)), f"tangent{j}") for j in range(width)] for o in wrt]
     finally:
         b.block = saved
     refuse_array_writes(b, deriv, what)
@@ -293,21 +296,23 @@ def jvp(b, func, primals, tangents):
 
 
 def vjp(b, func, primals, cotangent):
-    """(f(*primals), J^T c for each primal), J from one forward traversal with a direction per component."""
+    """(f(*primals), J^T c for each primal): the derivative of <c, f> along a direction per component (in
+    reverse mode, when it is wider than a few directions: one sweep)."""
     active = primal_tuple(b, "vjp", primals)
     inputs, spans = unit_seeds(b, active)
     what = f"{func.fn.__name__} (in sp.vjp)"
     cshape, ccomps = float_components(b, as_float(cotangent), "the cotangent of sp.vjp")
-    r = differentiate(b, inputs, spans[-1].stop, call_with(b, func), True, what)
-    if cshape != r.shape:
-        b.error(f"sp.vjp: the cotangent is {shape_name(cshape)} but {func.fn.__name__} returns "
-                f"{shape_name(r.shape)}")
 
-    def transposed(j, dtype):   # (J^T c)_j = sum_o c_o J[o][j]
-        terms = [b.binop("*", b.cast(c, row[j].dtype), row[j]) for c, row in zip(ccomps, r.tangents)]
+    def contract(shape, outs):   # <c, f> = sum_o c_o f_o, the cotangent a constant of the derivative
+        if cshape != shape:
+            b.error(f"sp.vjp: the cotangent is {shape_name(cshape)} but {func.fn.__name__} returns "
+                    f"{shape_name(shape)}")
+        terms = [b.binop("*", b.cast(c, o.dtype), o) for c, o in zip(ccomps, outs)]
         acc = terms[0]
         for term in terms[1:]:
             acc = b.binop("+", acc, term)
-        return b.cast(acc, dtype)
-    return r.value(), tuple(rebuild(shape, [transposed(j, c.dtype) for j, c in zip(span, cs)])
+        return acc
+    r = differentiate(b, inputs, spans[-1].stop, call_with(b, func), True, what, contract)
+    row = r.tangents[0]
+    return r.value(), tuple(rebuild(shape, [b.cast(row[j], c.dtype) for j, c in zip(span, cs)])
                             for (shape, cs), span in zip(active, spans))

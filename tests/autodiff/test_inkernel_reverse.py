@@ -18,6 +18,7 @@ def reverse_everywhere(monkeypatch):
     """Every unit-direction derivative takes reverse mode (the width threshold at 0), compiled afresh;
     returns the list of the derivatives expanded with loops or branches in reverse mode (their widths)."""
     monkeypatch.setattr(D, "REVERSE_WIDTH_PER_OUTPUT", 0)
+    monkeypatch.setattr(D, "REVERSE_WIDTH_PER_OUTPUT_WITH_LOOPS", 0)
     monkeypatch.setenv("SPVAD_CACHE", "0")
     seen = []
 
@@ -70,11 +71,11 @@ def test_while_loops_with_a_fixed_stack_size(rng, reverse_everywhere):
     assert uses_stacks(kernel, *args) and sorted(reverse_everywhere) == [1, 3, 4]
 
 
-# ---- a wide function with a loop: reverse mode by default (9 inputs, 1 output) -----------------------------
+# ---- a wide function with a loop: reverse mode by default (16 inputs, 1 output) ----------------------------
 @sp.func
 def chain_energy(F, n):
-    """x_{k+1} = tanh(F x_k), e = sum_k |x_k|^2: the gradient with respect to F's 9 entries."""
-    x = sp.vec3(1.0, 0.5, -0.3)
+    """x_{k+1} = tanh(F x_k), e = sum_k |x_k|^2: the gradient with respect to F's 16 entries."""
+    x = sp.vec4(1.0, 0.5, -0.3, 0.2)
     e = 0.0
     for _ in range(n):
         x = sp.tanh(F @ x)
@@ -83,7 +84,7 @@ def chain_energy(F, n):
 
 
 def chain_energy_np(F, n):
-    x, e = np.array([1.0, 0.5, -0.3]), 0.0
+    x, e = np.array([1.0, 0.5, -0.3, 0.2]), 0.0
     for _ in range(n):
         x = np.tanh(F @ x)
         e += x @ x
@@ -92,10 +93,10 @@ def chain_energy_np(F, n):
 
 def chain_gradient_np(F, n):
     """The same gradient by hand (backpropagation in float64)."""
-    xs = [np.array([1.0, 0.5, -0.3])]
+    xs = [np.array([1.0, 0.5, -0.3, 0.2])]
     for _ in range(n):
         xs.append(np.tanh(F @ xs[-1]))
-    G, gx = np.zeros((3, 3)), np.zeros(3)
+    G, gx = np.zeros((4, 4)), np.zeros(4)
     for k in range(n, 0, -1):
         gx = gx + 2 * xs[k]
         gz = gx * (1 - xs[k] ** 2)
@@ -115,9 +116,9 @@ def descend(Fs: sp.Array, n: sp.i32, iters: sp.i32, lr: sp.f32, out: sp.Array, e
 
 
 def test_gradient_descent_inside_a_kernel(rng):
-    F0 = (0.6 * rand(rng, (M, 3, 3))).astype(np.float32)
-    out, e = sp.ndarray(sp.mat3, (M,)), sp.ndarray(sp.f32, (M,))
-    args = (sp.from_numpy(F0, dtype=sp.mat3), 6, 5, 0.05, out, e)
+    F0 = (0.6 * rand(rng, (M, 4, 4))).astype(np.float32)
+    out, e = sp.ndarray(sp.mat4, (M,)), sp.ndarray(sp.f32, (M,))
+    args = (sp.from_numpy(F0, dtype=sp.mat4), 6, 5, 0.05, out, e)
     descend(*args)
     assert uses_stacks(descend, *args)
     np.testing.assert_allclose(chain_gradient_np(F0[0].astype(np.float64), 6),
@@ -146,8 +147,8 @@ def weighted_sum(e: sp.Array, w: sp.Array, loss: sp.Array):
 def test_whole_programs_differentiate_it_again(rng):
     """The primal launch runs the inner gradient in reverse mode; the Tape's backward (k.grad), reverse over
     forward, through a second kernel."""
-    F0 = (0.6 * rand(rng, (M, 3, 3))).astype(np.float32)
-    Fs = sp.from_numpy(F0, dtype=sp.mat3, needs_grad=True)
+    F0 = (0.6 * rand(rng, (M, 4, 4))).astype(np.float32)
+    Fs = sp.from_numpy(F0, dtype=sp.mat4, needs_grad=True)
     e = sp.ndarray(sp.f32, (M,), needs_grad=True)
     w = rand(rng, M)
     loss = sp.ndarray(sp.f32, (), needs_grad=True)
@@ -165,9 +166,9 @@ def test_whole_programs_differentiate_it_again(rng):
 
 # ---- stacks: sized at launch, by ad_stack_size, and an overflow raised at sync ------------------------------
 def test_stacks_follow_the_launch_and_overflow_is_raised(rng):
-    F0 = (0.6 * rand(rng, (M, 3, 3))).astype(np.float32)
-    Fs = sp.from_numpy(F0, dtype=sp.mat3)
-    out, e = sp.ndarray(sp.mat3, (M,)), sp.ndarray(sp.f32, (M,))
+    F0 = (0.6 * rand(rng, (M, 4, 4))).astype(np.float32)
+    Fs = sp.from_numpy(F0, dtype=sp.mat4)
+    out, e = sp.ndarray(sp.mat4, (M,)), sp.ndarray(sp.f32, (M,))
     for n in (3, 40):   # capacities from n at every launch
         descend(Fs, n, 1, 0.05, out, e)
         close(out.to_numpy(), F0 - 0.05 * np.stack([chain_gradient_np(F.astype(np.float64), n) for F in F0]), 2e-5)
@@ -184,30 +185,40 @@ def test_stacks_follow_the_launch_and_overflow_is_raised(rng):
 @sp.func
 def noisy(p):
     a = 0.0
-    b = 0.0
     for _ in range(4):
-        a += sp.random(sp.f32) * p.x
-        b += sp.random(sp.f32) * p.y * p.y
-    return sp.vec2(a, b)
+        a += sp.random(sp.f32) * (1.0 + p.z)
+    return sp.vec2(a * p.x, a * p.y * p.y)
 
 
 @sp.kernel
-def noisy_vjp(pts: sp.Array, c: sp.Array, val: sp.Array, g: sp.Array):
+def noisy_jacobian(pts: sp.Array, val: sp.Array, J: sp.Array):
     for i in range(pts.shape[0]):
-        v, (gp,) = sp.vjp(noisy, (pts[i],), c[i])
-        val[i] = v
-        g[i] = gp
+        J[i] = sp.jacobian(noisy)(pts[i])
 
 
 def test_several_outputs_replay_the_same_random_numbers(rng, reverse_everywhere):
-    """v = (A x, B y^2) with random sums A, B: J^T c = (c0 A, 2 c1 B y, 0) = (c0 v0 / x, 2 c1 v1 / y, 0)."""
-    P, C = rand(rng, (M, 3)), rand(rng, (M, 2))
-    val, g = sp.ndarray(sp.vec2, (M,)), sp.ndarray(sp.vec3, (M,))
-    noisy_vjp(sp.from_numpy(P, dtype=sp.vec3), sp.from_numpy(C, dtype=sp.vec2), val, g)
+    """f = (A x, A y^2), A = (1 + z) * a sum of 4 random numbers: J = [[A/(1+z)..]] row by row, the second
+    sweep restoring the draw counter the first one started from, so both rows see the same A."""
+    P = rand(rng, (M, 3))
+    val, J = sp.ndarray(sp.vec2, (M,)), sp.ndarray(sp.Matrix(2, 3), (M,))
+    noisy_jacobian(sp.from_numpy(P, dtype=sp.vec3), val, J)
     assert reverse_everywhere == [3]
-    v, P64, C64 = val.to_numpy().astype(np.float64), P.astype(np.float64), C.astype(np.float64)
-    want = np.stack([C64[:, 0] * v[:, 0] / P64[:, 0], 2 * C64[:, 1] * v[:, 1] / P64[:, 1], 0 * v[:, 0]], -1)
-    np.testing.assert_allclose(g.to_numpy(), want, rtol=1e-5, atol=1e-6)
+    J, P64 = J.to_numpy().astype(np.float64), P.astype(np.float64)
+    A = J[:, 0, 0]
+    assert np.all((A / (1 + P64[:, 2]) > 0) & (A / (1 + P64[:, 2]) < 4)) and len(set(A.tolist())) == M
+    np.testing.assert_allclose(J[:, 1, 1], 2 * A * P64[:, 1], rtol=1e-6)
+    np.testing.assert_allclose(J[:, 0, 2], A / (1 + P64[:, 2]) * P64[:, 0], rtol=1e-5)
+    np.testing.assert_allclose(J[:, 1, 2], A / (1 + P64[:, 2]) * P64[:, 1] ** 2, rtol=1e-5)
+    np.testing.assert_array_equal(J[:, 0, 1], 0.0)
+
+
+def test_jacobian_jvp_vjp_in_reverse_mode(rng, reverse_everywhere, monkeypatch):
+    """The jacobian/jvp/vjp test with every unit-direction derivative in reverse mode: the jacobian of a loop
+    (three outputs, three sweeps on adstacks), vjp as one sweep of <c, f>."""
+    from tests.autodiff import test_inkernel_derivatives as T
+    monkeypatch.setattr(T, "vector_derivatives", sp.kernel(T.vector_derivatives.fn))
+    T.test_jacobian_jvp_vjp(rng)
+    assert sorted(reverse_everywhere) == [3, 4]   # the jacobian of flow, the vjp of flow3
 
 
 # ---- the function's prints: once, from the primal run ------------------------------------------------------
