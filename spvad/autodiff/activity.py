@@ -141,13 +141,13 @@ class Activity:
         flag = _exit_flag(construct)
         read = []
         for b in construct.blocks():
-            for slot in read_before_written(b.stmts):
+            for slot in _read_before_written(b.stmts):
                 if slot in self.needed_slots and slot is not flag and slot not in read:
                     read.append(slot)
         return read
 
 
-def read_before_written(stmts):
+def _read_before_written(stmts):
     """Slots some statement loads before a top-level store of this block assigns them, in order (a loop
     reads its exit flag before its body)."""
     written, out = set(), []

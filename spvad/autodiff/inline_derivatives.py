@@ -1,14 +1,14 @@
 """Expand derivatives inside kernels (Derivative statements from ir/frontend_derivatives.py) into plain IR.
 
 Forward mode with `width` tangents per value at once (Enzyme's vector mode), built from the partials table
-kernel-level autodiff uses (rules.py). A straight-line function (no loop or branch) differentiated along
-unit directions (grad, value_and_grad, jacobian, hessian's inner gradient) with more than
-REVERSE_WIDTH_PER_OUTPUT inputs per output takes reverse mode instead: one adjoint sweep per output, from the
-same partials (_Reverse). Tangents are computed in program order next to their primal values,
+kernel-level autodiff uses (rules.py). Tangents are computed in program order next to their primal values,
 so loops (dynamic bounds, while, break/continue) and branches need no adstack; a local slot's tangents are
-local slots too. This is the first pass of every compile: the passes after it, kernel-level reverse and
-forward mode included, see ordinary code (second derivatives). Nested Derivatives (a hessian, a func
-calling sp.grad) expand innermost first.
+local slots too. A derivative along unit directions (grad, value_and_grad, vjp, jacobian, hessian) with
+many more inputs than outputs takes reverse mode instead (inline_reverse.py): one sweep back from all
+outputs at once; with loops, their loop-carried values go on adstacks, which only the outermost derivatives
+of a primal kernel may use (nothing differentiates adstacks again). This is the first pass of every
+compile: the passes after it, kernel-level reverse and forward mode included, see ordinary code (second
+derivatives). Nested Derivatives (a hessian, a func calling sp.grad) expand innermost first.
 """
 from ..ir import nodes as N
 from ..ir.emit import Emitter
@@ -57,9 +57,9 @@ class _Expansion:
         plan = _reverse_plan(deriv)
         if plan is None:
             return _VectorForward(deriv, self.slots).run()
-        if not any(s.blocks() for s in deriv.body.stmts):
-            return _Reverse(deriv, *plan).run()
-        # a derivative inside another one is differentiated again, in forward mode: no stacks there
+        if not _has_loops(deriv):   # no adstack: plain IR
+            return InlineReverse(deriv, *plan, None, self.slots).run()
+        # adstacks: not where the code is differentiated again (kernel-level autodiff, an enclosing derivative)
         if self.stacks and depth == 0:
             if self.sizer is None:
                 self.sizer = StackSizer(self.task, self.ad_stack_size)
@@ -224,6 +224,12 @@ class _VectorForward(Emitter):
 # 16 inputs 0.79.
 REVERSE_WIDTH_PER_OUTPUT = 4
 REVERSE_WIDTH_PER_OUTPUT_WITH_LOOPS = 12
+
+
+def _has_loops(deriv):
+    return any(isinstance(s, (N.RangeFor, N.While)) for s in N.walk(deriv.body))
+
+
 def _reverse_plan(deriv):
     """(owner, outputs, first) when `deriv` is cheaper in reverse mode, else None. owner: direction -> the
     Seed whose tangent is 1 in it (0 for every other seed); outputs: the values Tangents read; first: the index
@@ -241,8 +247,7 @@ def _reverse_plan(deriv):
                     owner[j] = s
     tangents = [s for s in stmts if isinstance(s, N.Tangent)]
     outputs = list(dict.fromkeys(t.value for t in tangents))
-    loops = any(isinstance(s, (N.RangeFor, N.While)) for s in N.walk(deriv.body))
-    per_output = REVERSE_WIDTH_PER_OUTPUT_WITH_LOOPS if loops else REVERSE_WIDTH_PER_OUTPUT
+    per_output = REVERSE_WIDTH_PER_OUTPUT_WITH_LOOPS if _has_loops(deriv) else REVERSE_WIDTH_PER_OUTPUT
     if len(owner) != deriv.width or not outputs or deriv.width <= per_output * len(outputs):
         return None
     first = stmts.index(tangents[0])
@@ -250,59 +255,3 @@ def _reverse_plan(deriv):
            for s in stmts[first:]):
         return None
     return owner, outputs, first
-
-
-class _Reverse(Emitter):
-    """The statements replacing one straight-line Derivative: its body up to the first Tangent (Seeds replaced
-    by their values), then for each output an adjoint sweep back to the Seeds (d output / d seed), then the
-    rest of the body with each Tangent replaced by the adjoint of its direction's seed."""
-
-    def __init__(self, deriv, owner, outputs, first):
-        super().__init__()
-        self.deriv, self.owner, self.outputs, self.first = deriv, owner, outputs, first
-        self.subst = {}   # Seed -> its value; Tangent -> the derivative it reads
-
-    def run(self):
-        self.block, self.loc = N.Block(), self.deriv.loc
-        stmts = self.deriv.body.stmts
-        forward = []   # (statement, its operands before Seeds were replaced)
-        for s in stmts[:self.first]:
-            if isinstance(s, N.Seed):
-                self.subst[s] = self.subst.get(s.value, s.value)
-                continue
-            forward.append((s, {name: getattr(s, name) for name in s.VALUE_FIELDS}))
-            s.replace_operands(self.subst)
-            self.block.append(s)
-        derivative = {v: self.sweep(v, forward) for v in self.outputs}
-        for s in stmts[self.first:]:
-            self.loc = s.loc
-            if isinstance(s, N.Tangent):
-                adj = derivative[s.value].get(self.owner[s.direction])
-                self.subst[s] = self.const(0.0, s.dtype) if adj is None else self.cast(adj, s.dtype)
-                continue
-            s.replace_operands(self.subst)
-            self.block.append(s)
-        return self.block.stmts
-
-    def sweep(self, output, forward):
-        """Adjoints of the statements of `forward` for d output / d (each Seed): {Seed or value: adjoint}."""
-        adj, slot_adj = {output: self.const(1.0, output.dtype)}, {}
-        for s, original in reversed(forward):
-            self.loc = s.loc
-            if isinstance(s, N.LocalStore):
-                a = slot_adj.pop(s.slot, None)   # what loads after the store read: the stored value
-                if a is not None:
-                    self.accumulate(adj, original["value"], a)
-            elif isinstance(s, N.LocalLoad) and s in adj and s.dtype.is_float:
-                self.accumulate(slot_adj, s.slot, adj[s])
-            elif isinstance(s, N.Alloca):
-                slot_adj.pop(s, None)
-            elif _differentiable(s) and s in adj:
-                for a, p in zip(original["args"], partials(self, s.op, list(s.args), s)):
-                    if p is not None:
-                        self.accumulate(adj, a, self.compute(Op.MUL, adj[s], self.cast(p, s.dtype)))
-        return adj
-
-    def accumulate(self, table, key, value):
-        value = self.cast(value, key.dtype)
-        table[key] = value if key not in table else self.compute(Op.ADD, table[key], value)

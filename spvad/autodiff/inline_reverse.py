@@ -1,12 +1,12 @@
 """Reverse mode inside kernels for functions with loops and branches: kernel-level reverse mode (reverse.py)
 run on the body of one Derivative statement, in place.
 
-For each output of the derivative, a sweep: REPLAY(body) pushing the snapshots of its loops and branches
-(the first sweep's replay is the function's one primal run, prints included), then REV(body) with the
-output's adjoint set to 1, ending at the Seeds: their adjoints are d output / d input. Loop-carried values
-go on adstacks sized as kernel-level ones are (at compile time, or at launch from scalars and shapes, or by
-`ad_stack_size`; an overflow is raised at the next sync). The body's slots are the kernel's own: a later
-sweep restores those its body reads before writing them.
+REPLAY(body) pushing the snapshots of its loops and branches (the function's one primal run, prints
+included), then REV(body) with one adjoint component per output (vector reverse mode: a jacobian's rows in
+one sweep), component k of output k set to 1, ending at the Seeds: their adjoints are d output / d input.
+Loop-carried values go on adstacks sized as kernel-level ones are (at compile time, or at launch from
+scalars and shapes, or by `ad_stack_size`; an overflow is raised at the next sync). The body's slots are the
+kernel's own.
 
 Only primal kernels take this path (a kernel differentiated again expands its derivatives in forward mode,
 which needs no stack), and only when no loop's trip count depends on array data (those stacks would need the
@@ -14,7 +14,7 @@ depth probe, itself a run of the kernel).
 """
 from ..ir import nodes as N
 from ..ir.emit import Emitter
-from .activity import Activity, read_before_written
+from .activity import Activity
 from .loop_exits import eliminate_loop_exits
 from .reverse import Reverser
 
@@ -39,55 +39,44 @@ class InlineReverse(Reverser):
         self.sizer, self.top = sizer, slots
         self.adj, self.trips, self.snapshots, self.flushes = {}, {}, {}, {}
         self.thread_private = set()
+        self.width = len(outputs)
         self.seed_adjoints = {}
 
     def run(self):
         self.block, self.loc = N.Block(), self.deriv.loc
         stmts = self.body.body.stmts
         inside = set(N.walk(self.body.body))
-        outside = {o: o for s in inside for o in s.operands() if o not in inside}   # constants of the derivative
-        self.slots = {o: o for o in outside if isinstance(o, N.Alloca)}
-        restored = [(slot, self.new_top(N.Alloca(slot.dtype, f"{slot.name or 'v'}_at_start"), slot.loc))
-                    for slot in read_before_written(stmts) if slot in self.act.needed_slots]
-        for slot, keep in restored:
-            self.emit(N.LocalStore(keep, self.emit(N.LocalLoad(slot))))
-        derivative, starts, first_map = {}, [], None
-        for k, output in enumerate(self.outputs):
-            if k:
-                for slot, keep in restored:
-                    self.emit(N.LocalStore(slot, self.emit(N.LocalLoad(keep))))
-            starts.append(len(self.block.stmts))
-            m = dict(outside)
-            self.prints = k == 0
-            self.replay(stmts, m, snap=True)
-            self.prints = False
-            if k == 0:
-                first_map = m
-            self.accumulate(output, self.const(1.0, output.dtype))
-            self.seed_adjoints = {}
-            self.rev(stmts, m)
-            derivative[output] = self.seed_adjoints
-        self.clear_slot_adjoints(starts)
-        subst = dict(first_map)
+        m = {o: o for s in inside for o in s.operands() if o not in inside}   # the derivative's constants
+        self.slots = {o: o for o in m if isinstance(o, N.Alloca)}
+        self.prints = True   # the replay is the function's primal run
+        self.replay(stmts, m, snap=True)
+        self.prints = False
+        start = len(self.block.stmts)
+        for k, output in enumerate(self.outputs):   # adjoint component k: d output k / d ...
+            self.accumulate(output, [self.const(1.0, output.dtype) if j == k else None for j in range(self.width)])
+        self.rev(stmts, m)
+        self.clear_slot_adjoints(start)
+        subst = dict(m)
         for s in self.deriv.body.stmts[self.first:]:
             self.loc = s.loc
             if isinstance(s, N.Tangent):
-                adj = derivative[s.value].get(self.owner[s.direction])
-                subst[s] = self.const(0.0, s.dtype) if adj is None else self.cast(adj, s.dtype)
+                adj = self.seed_adjoints.get(self.owner[s.direction])
+                g = None if adj is None else adj[self.outputs.index(s.value)]
+                subst[s] = self.const(0.0, s.dtype) if g is None else self.cast(g, s.dtype)
                 continue
             s.replace_operands(subst)
             self.block.append(s)
         return self.block.stmts
 
-    def clear_slot_adjoints(self, starts):
-        """Every sweep starts with the slots' adjoints at zero: one whose slot is read before it is written
-        keeps what the previous sweep (or run of the derivative) left. Stores the optimiser drops elsewhere."""
-        slots = [a for key, a in self.adj.items() if isinstance(key, N.Alloca)]
-        for at in reversed(starts):
-            clear = []
-            for a in slots:
-                zero = N.Const(-0.0, a.dtype)
-                clear += [zero, N.LocalStore(a, zero)]
-            for s in clear:
-                s.loc = self.deriv.loc
-            self.block.stmts[at:at] = clear
+    def clear_slot_adjoints(self, at):
+        """The sweep starts with the slots' adjoints at zero: one whose slot is read before the function
+        writes it keeps what the previous run of the derivative left (the optimiser drops the other stores)."""
+        clear = []
+        for key, slots in self.adj.items():
+            if isinstance(key, N.Alloca):
+                for a in slots:
+                    zero = N.Const(-0.0, a.dtype)
+                    clear += [zero, N.LocalStore(a, zero)]
+        for s in clear:
+            s.loc = self.deriv.loc
+        self.block.stmts[at:at] = clear

@@ -39,6 +39,7 @@ def reverse_task(kernel, task, sizer_options, scratch, thread_private=True):
 
 class Reverser(Emitter):
     prints = False   # whether a replay keeps the primal's prints (the first replay of an in-kernel derivative)
+    width = 1        # adjoint components per value: an in-kernel jacobian's sweep carries one per output
 
     def __init__(self, kernel, task, sizer_options, scratch, thread_private=True):
         super().__init__()
@@ -88,12 +89,13 @@ class Reverser(Emitter):
         fn(*args)
         self.block = saved
 
-    def adj_slot(self, key):
+    def adj_slots(self, key):
+        """The `width` slots of an active value's or slot's adjoint."""
         a = self.adj.get(key)
         if a is None:
-            dtype = key.dtype
             name = key.name if isinstance(key, N.Alloca) else ""   # a slot, or an active value
-            a = self.adj[key] = self.new_sum(dtype, f"adj_{name or key.id}", key.loc)
+            a = self.adj[key] = [self.new_sum(key.dtype, f"adj{k or ''}_{name or key.id}", key.loc)
+                                 for k in range(self.width)]
         return a
 
     def new_sum(self, dtype, name, loc):
@@ -109,19 +111,21 @@ class Reverser(Emitter):
         return self.const(-0.0 if dtype.is_float else 0, dtype)
 
     def take_adjoint(self, key):
-        """Read an adjoint slot and clear it (the value's next execution starts from zero)."""
-        a = self.adj_slot(key)
-        g = self.emit(N.LocalLoad(a))
-        self.emit(N.LocalStore(a, self.empty_sum(a.dtype)))
-        return g
+        """Read the adjoint's slots and clear them (the value's next execution starts from zero): a list."""
+        out = []
+        for a in self.adj_slots(key):
+            out.append(self.emit(N.LocalLoad(a)))
+            self.emit(N.LocalStore(a, self.empty_sum(a.dtype)))
+        return out
 
-    def accumulate(self, key, g):
+    def accumulate(self, key, gs):
+        """adjoint(key) += gs, component by component (None: nothing to add)."""
         if key not in self.act.active and key not in self.act.active_slots:
             return
-        a = self.adj_slot(key)
-        if g.dtype != a.dtype:
-            g = self.cast(g, a.dtype)
-        self.emit(N.LocalStore(a, self.compute(Op.ADD, self.emit(N.LocalLoad(a)), g)))
+        for a, g in zip(self.adj_slots(key), gs):
+            if g is not None:
+                g = self.cast(g, a.dtype)
+                self.emit(N.LocalStore(a, self.compute(Op.ADD, self.emit(N.LocalLoad(a)), g)))
 
     # ---- REPLAY: the primal again, without global stores ----
     def replay(self, stmts, m, snap):
@@ -206,15 +210,16 @@ class Reverser(Emitter):
                 ps = partials(self, s.op, [m[a] for a in s.args], m[s])
                 for a, p in zip(s.args, ps):
                     if p is not None and a in act.active:
-                        self.accumulate(a, self.compute(Op.MUL, g, self.cast(p, g.dtype)))
+                        p = self.cast(p, s.dtype)
+                        self.accumulate(a, [self.compute(Op.MUL, gk, p) for gk in g])
             elif isinstance(s, N.LocalLoad):
                 self.accumulate(s.slot, self.take_adjoint(s))
             elif isinstance(s, N.Seed):
                 self.seed_adjoints[s] = self.take_adjoint(s)
             elif isinstance(s, N.LocalStore):
                 self.accumulate(s.value, self.take_adjoint(s.slot))
-            elif isinstance(s, N.GlobalLoad):
-                g = self.take_adjoint(s)
+            elif isinstance(s, N.GlobalLoad):   # (kernel-level: width 1)
+                g, = self.take_adjoint(s)
                 scope = self._load_scope(s)
                 if scope is None:
                     self.add_to_grad(s.array, s.indices, g, m)
@@ -228,7 +233,7 @@ class Reverser(Emitter):
                 idx = tuple(m[i] for i in s.indices)
                 g = self.emit(N.GlobalLoad(s.array, idx, "grad"))
                 self.emit(N.GlobalStore(s.array, idx, self.const(0.0, s.array.dtype), "grad"))   # consumed
-                self.accumulate(s.value, g)
+                self.accumulate(s.value, [g])
             elif isinstance(s, N.AtomicRMW):
                 self.rev_atomic(s, m)
             elif isinstance(s, N.If):
@@ -293,7 +298,7 @@ class Reverser(Emitter):
             count = self.cast(self.emit(N.GlobalLoad(self.scratch.param(s.array, "ties"), idx)), g.dtype)
             share = self.compute(Op.DIV, g, count)
             g = self.compute(Op.SELECT, won(self, s, m[s.value], idx, "final"), share, self.const(0.0, g.dtype))
-        self.accumulate(s.value, g)
+        self.accumulate(s.value, [g])
 
     def rev_loop(self, s, m):
         trips = self.emit(N.LocalLoad(self.trips[s]))
