@@ -217,11 +217,11 @@ class _VectorForward(Emitter):
 
 # ---- reverse mode ------------------------------------------------------------------------------------------
 # Reverse mode pays off only for many more inputs than outputs: a vector forward pass keeps its k tangents
-# side by side. On lavapipe, a million gradients of a scalar function: 3 inputs (an SDF normal) forward
-# 4.2 ms, reverse 4.9 ms; 9 inputs (the energy of a 3x3 deformation gradient) forward 7.9 ms, reverse 6.8 ms.
+# side by side. On lavapipe, gradients of a scalar function: 3 inputs (an SDF normal) forward 4.2 ms, reverse
+# 4.9 ms; 9 inputs (the energy of a 3x3 deformation gradient) reverse/forward 0.80-0.84.
 # With a loop, reverse mode also replays each iteration and keeps its loop-carried values on adstacks
-# (benchmarks/inner_modes.py, 8 steps of x <- tanh(F x)): 9 inputs reverse/forward 1.28, 12 inputs 1.12,
-# 16 inputs 0.79.
+# (benchmarks/inner_modes.py, 8 steps of x <- tanh(F x)): reverse/forward 1.29-1.33 for 9 inputs, 1.12 for 12
+# (x0 constant), 0.84-0.95 for 16.
 REVERSE_WIDTH_PER_OUTPUT = 4
 REVERSE_WIDTH_PER_OUTPUT_WITH_LOOPS = 12
 

@@ -7,8 +7,7 @@ import pytest
 
 import spvad as sp
 from spvad.autodiff import inline_derivatives as D
-from tests.autodiff.test_inkernel_derivatives import (M, STEPS, TABLE, close, fd, fd_hessian, rand,
-                                                      table_kernel)
+from tests.autodiff.test_inkernel_derivatives import M, TABLE, close, fd, rand, run_table, table_kernel
 
 pytestmark = pytest.mark.backends
 
@@ -32,24 +31,6 @@ def reverse_everywhere(monkeypatch):
 
 def uses_stacks(kernel, *args):
     return "adstack " in kernel.ir(*args)
-
-
-def run_table(name, rng, kernel):
-    f, ref = TABLE[name]
-    P, S = rand(rng, (M, 3)), rand(rng, M)
-    outs = [sp.ndarray(sp.f32, (M,)), sp.ndarray(sp.vec3, (M,)), sp.ndarray(sp.f32, (M,)),
-            sp.ndarray(sp.f32, (M,)), sp.ndarray(sp.mat3, (M,))]
-    args = (sp.from_numpy(P, dtype=sp.vec3), sp.from_numpy(S), STEPS, *outs)
-    kernel(*args)
-    val, gp, gs, gs1, hp = (o.to_numpy() for o in outs)
-    for i in range(M):
-        p, s = P[i].astype(np.float64), float(S[i])
-        assert val[i] == pytest.approx(ref(p, s, STEPS), rel=1e-5, abs=1e-5)
-        close(gp[i], fd(lambda q: ref(q, s, STEPS), p))
-        assert gs[i] == pytest.approx(fd(lambda t: ref(p, t, STEPS), s), rel=5e-4, abs=5e-5)
-        assert gs1[i] == pytest.approx(gs[i], rel=1e-5, abs=1e-6)
-        close(hp[i], fd_hessian(lambda q: ref(q, s, STEPS), p), 2e-3)
-    return args
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))
