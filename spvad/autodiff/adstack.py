@@ -86,17 +86,6 @@ class StackSizer:
         self.stacks.append(stack)
         return stack
 
-    def needs_measuring(self, loop):
-        """Whether the trip count of `loop` depends on array data (or it is a while loop): only the depth
-        probe, run on the device before the launch, can size its stacks."""
-        if self.fixed is not None:
-            return False
-        try:
-            self.max_trips(loop, (_Ones(), _Ones(), 1))
-            return False
-        except Unbounded:
-            return True
-
     def _spec_id(self, loop, table):
         """One specialisation constant per loop (its stacks share the loop's trip count)."""
         for sid, l in list(self.launch_bounds.items()) + list(self.measured.items()):

@@ -10,11 +10,15 @@ of a primal kernel may use (nothing differentiates adstacks again). This is the 
 compile: the passes after it, kernel-level reverse and forward mode included, see ordinary code (second
 derivatives). Nested Derivatives (a hessian, a func calling sp.grad) expand innermost first.
 """
+import copy
+
 from ..ir import nodes as N
 from ..ir.emit import Emitter
 from ..ir.ops import Op
 from .adstack import StackSizer
-from .inline_reverse import InlineReverse, stacks_sized_without_probe
+from .depth_probe import build_count_kernel
+from .inline_reverse import InlineReverse
+from .loop_exits import eliminate_loop_exits
 from .rules import NOT_DIFFERENTIABLE, partials
 
 
@@ -23,11 +27,14 @@ def expand_derivatives(kernel, stacks=False, ad_stack_size=None):
     reverse mode may put a function's loop-carried values on adstacks (inline_reverse.py; primal kernels
     only: kernel-level autodiff does not differentiate adstacks), sized by `ad_stack_size` when given."""
     for task in kernel.tasks:
-        expansion = _Expansion(task, stacks, ad_stack_size)
+        expansion = _Expansion(kernel, task, stacks, ad_stack_size)
         if expansion.block(task.body, 0):
             task.body.stmts[0:0] = expansion.slots
-            if expansion.sizer is not None and expansion.sizer.stacks:
-                task.stack_sizes = expansion.sizer
+            sizer = expansion.sizer
+            if sizer is not None and sizer.stacks:
+                task.stack_sizes = sizer
+                if sizer.measured:
+                    task.depth_probe = expansion.depth_probe()
     return kernel
 
 
@@ -35,9 +42,13 @@ class _Expansion:
     """The Derivatives of one task; `slots` gathers what goes to the top of the task (like the frontend's
     locals): tangent and adjoint slots, adstacks."""
 
-    def __init__(self, task, stacks, ad_stack_size):
-        self.task, self.stacks, self.ad_stack_size = task, stacks, ad_stack_size
-        self.slots, self.sizer = [], None
+    def __init__(self, kernel, task, stacks, ad_stack_size):
+        self.kernel, self.task, self.stacks, self.ad_stack_size = kernel, task, stacks, ad_stack_size
+        self.slots, self.sizer, self.before = [], None, None
+        if stacks and any(isinstance(s, N.Derivative) and _has_loops(s) for s in N.walk(task.body)):
+            # the task as it is now, for the depth probe of stacks whose loops run as long as array data says
+            self.copies = {id(p): p for p in kernel.arrays + kernel.scalars}
+            self.before = copy.deepcopy(task, self.copies)
 
     def block(self, block, depth):
         """Expand the Derivatives in `block` (those nested in others first); whether there was any."""
@@ -63,9 +74,18 @@ class _Expansion:
         if self.stacks and depth == 0:
             if self.sizer is None:
                 self.sizer = StackSizer(self.task, self.ad_stack_size)
-            if stacks_sized_without_probe(deriv, self.sizer):
-                return InlineReverse(deriv, *plan, self.sizer, self.slots).run()
+            return InlineReverse(deriv, *plan, self.sizer, self.slots).run()
         return _VectorForward(deriv, self.slots).run()
+
+    def depth_probe(self):
+        """(counting kernel, counters) for the stacks sized by the depth probe (autodiff/depth_probe.py): the
+        task with its derivatives in forward mode (no stacks; the same loops run as often), counting the
+        loops the stacks belong to."""
+        task = self.before
+        expand_derivatives(N.Kernel(self.kernel.name, self.kernel.arrays, self.kernel.scalars, [task]))
+        eliminate_loop_exits(task)
+        measured = {sid: self.copies[id(loop)] for sid, loop in self.sizer.measured.items()}
+        return build_count_kernel(self.kernel, task, measured)
 
 
 def _is_zero(v):

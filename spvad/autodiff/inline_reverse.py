@@ -4,24 +4,18 @@ run on the body of one Derivative statement, in place.
 REPLAY(body) pushing the snapshots of its loops and branches (the function's one primal run, prints
 included), then REV(body) with one adjoint component per output (vector reverse mode: a jacobian's rows in
 one sweep), component k of output k set to 1, ending at the Seeds: their adjoints are d output / d input.
-Loop-carried values go on adstacks sized as kernel-level ones are (at compile time, or at launch from
-scalars and shapes, or by `ad_stack_size`; an overflow is raised at the next sync). The body's slots are the
-kernel's own.
+Loop-carried values go on adstacks sized as kernel-level ones are: at compile time, at launch from scalars
+and shapes, by the depth probe when the trip count is array data (inline_derivatives.py builds it), or by
+`ad_stack_size`; an overflow is raised at the next sync. The body's slots are the kernel's own.
 
-Only primal kernels take this path (a kernel differentiated again expands its derivatives in forward mode,
-which needs no stack), and only when no loop's trip count depends on array data (those stacks would need the
-depth probe, itself a run of the kernel).
+With loops, only primal kernels take this path (a kernel differentiated again expands its derivatives in
+forward mode, which needs no stack).
 """
 from ..ir import nodes as N
 from ..ir.emit import Emitter
 from .activity import Activity
 from .loop_exits import eliminate_loop_exits
 from .reverse import Reverser
-
-
-def stacks_sized_without_probe(deriv, sizer):
-    """Whether every loop in `deriv`'s body has stacks sized before the launch runs."""
-    return not any(isinstance(s, (N.RangeFor, N.While)) and sizer.needs_measuring(s) for s in N.walk(deriv.body))
 
 
 class InlineReverse(Reverser):

@@ -8,11 +8,35 @@ import spvad as sp
 from spvad import types as T
 from spvad.ir import nodes as N
 from spvad.ir import verify
+from spvad.kernel import Kernel
 from spvad.ir.frontend import ArraySpec, build_kernel
 from spvad.ir.printer import format_kernel
 from spvad.pipeline import PRIMAL, run_passes
 
 pytestmark = pytest.mark.backends   # each test runs on Vulkan and on the interpreter backend
+
+# tests run in reverse mode elsewhere (test_inkernel_reverse.py, with checks of their own), or pinning what
+# spvad chooses
+CHOSEN_MODE_ONLY = ("test_derivative_table", "test_reverse_mode_for_wide_straight_line_gradients",
+                    "test_unused_value_and_inactive_arguments_emit_nothing")
+
+
+@pytest.fixture(autouse=True, params=["chosen", "reverse"])
+def derivative_mode(request, monkeypatch):
+    """Each test twice: with the modes spvad chooses, and with every derivative along unit directions in
+    reverse mode (the kernels compiled afresh)."""
+    if request.param == "chosen":
+        return
+    if request.node.originalname in CHOSEN_MODE_ONLY:
+        pytest.skip("checks the mode spvad chooses")
+    from spvad.autodiff import inline_derivatives as D
+    monkeypatch.setattr(D, "REVERSE_WIDTH_PER_OUTPUT", 0)
+    monkeypatch.setattr(D, "REVERSE_WIDTH_PER_OUTPUT_WITH_LOOPS", 0)
+    monkeypatch.setenv("SPVAD_CACHE", "0")
+    module = request.module
+    for name, k in list(vars(module).items()):
+        if isinstance(k, Kernel):
+            monkeypatch.setattr(module, name, sp.kernel(k.fn, ad_stack_size=k.ad_stack_size))
 
 M = 4      # threads (points) per case
 STEPS = 5  # the dynamic loop bound the kernels pass to the functions

@@ -1,7 +1,8 @@
-"""Reverse mode inside kernels for functions with loops and branches (autodiff/inline_reverse.py): the
-derivative table in reverse mode against float64 references, adstacks sized at launch or by ad_stack_size,
-overflow raised at sync, derivatives taken again and again in a kernel loop, several outputs (a sweep each,
-replaying the same random numbers), prints, and whole programs differentiated again (Tape, k.grad)."""
+"""Reverse mode inside kernels (autodiff/inline_reverse.py): the derivative table in reverse mode against
+float64 references, adstacks sized at compile time, at launch, by the depth probe or by ad_stack_size,
+overflow raised at sync, derivatives taken again and again in a kernel loop, several outputs in one sweep
+(with random numbers), prints, and whole programs differentiated again (Tape, k.grad, FwdMode). The rest of
+test_inkernel_derivatives.py also runs with every derivative in reverse mode (its `derivative_mode`)."""
 import numpy as np
 import pytest
 
@@ -39,18 +40,18 @@ def test_derivative_table_in_reverse_mode(name, rng, reverse_everywhere):
     values on stacks sized at launch from `n`; a while loop's trip count is data: forward mode."""
     kernel = table_kernel(TABLE[name][0])
     args = run_table(name, rng, kernel)
-    assert uses_stacks(kernel, *args) == (name == "loop")
+    assert uses_stacks(kernel, *args) == (name in ("loop", "while"))   # the while loop's sized by the probe
     # value_and_grad (4 inputs), grad (1), the hessian's outer jacobian (3 outputs) and its inner gradient
     # (3 inputs), which stays in forward mode where it has loops (their stacks would be differentiated
-    # again); a while loop's trip count is data: forward mode throughout
-    want = {"loop": [1, 3, 4], "while": []}.get(name, [1, 3, 3, 4])
+    # again)
+    want = [1, 3, 4] if name in ("loop", "while") else [1, 3, 3, 4]
     if name == "calls_grad":   # and the gradient of `potential` in each of f's inlined copies
         want = [1] + [3] * (len(reverse_everywhere) - 2) + [4]
     assert sorted(reverse_everywhere) == want
 
 
 def test_while_loops_with_a_fixed_stack_size(rng, reverse_everywhere):
-    """ad_stack_size sizes the stacks of a while loop (no probe needed): reverse mode there too."""
+    """ad_stack_size sizes the stacks of a while loop instead of the depth probe."""
     kernel = sp.kernel(table_kernel(TABLE["while"][0]).fn, ad_stack_size=16)
     args = run_table("while", rng, kernel)
     assert uses_stacks(kernel, *args) and sorted(reverse_everywhere) == [1, 3, 4]
@@ -166,7 +167,27 @@ def test_stacks_follow_the_launch_and_overflow_is_raised(rng):
     close(out.to_numpy(), F0 - 0.05 * np.stack([chain_gradient_np(F.astype(np.float64), 2) for F in F0]), 2e-5)
 
 
-# ---- several outputs: a sweep each, every sweep drawing the forward's random numbers ------------------------
+@sp.kernel
+def descend_counted(Fs: sp.Array, steps: sp.Array, lr: sp.f32, out: sp.Array):
+    for i in range(Fs.shape[0]):
+        out[i] = Fs[i] - lr * sp.grad(chain_energy)(Fs[i], steps[i])   # a trip count read from an array
+
+
+def test_trip_counts_from_array_data_are_measured(rng):
+    """The depth probe (the kernel with its derivatives in forward mode, counting trips) sizes the stacks
+    before each launch: more steps in the next launch get larger stacks."""
+    F0 = (0.6 * rand(rng, (M, 4, 4))).astype(np.float32)
+    Fs, out = sp.from_numpy(F0, dtype=sp.mat4), sp.ndarray(sp.mat4, (M,))
+    for counts in ([1, 3, 2, 5], [9, 2, 17, 4]):
+        steps = sp.from_numpy(np.array(counts, np.int32))
+        descend_counted(Fs, steps, 0.05, out)
+        for i in range(M):
+            close(out.to_numpy()[i], F0[i] - 0.05 * chain_gradient_np(F0[i].astype(np.float64), counts[i]), 2e-5)
+    ck = descend_counted._compiled(descend_counted._bind((Fs, steps, 0.05, out))[0])
+    assert ck.tasks[0].depth_probe is not None and ck.tasks[0].stack_sizes.measured
+
+
+# ---- several outputs in one sweep, through random numbers ----------------------------------------------------
 @sp.func
 def noisy(p):
     a = 0.0
@@ -181,9 +202,8 @@ def noisy_jacobian(pts: sp.Array, val: sp.Array, J: sp.Array):
         J[i] = sp.jacobian(noisy)(pts[i])
 
 
-def test_several_outputs_replay_the_same_random_numbers(rng, reverse_everywhere):
-    """f = (A x, A y^2), A = (1 + z) * a sum of 4 random numbers: J = [[A/(1+z)..]] row by row, the second
-    sweep restoring the draw counter the first one started from, so both rows see the same A."""
+def test_several_outputs_in_one_sweep_with_random_numbers(rng, reverse_everywhere):
+    """f = (A x, A y^2), A = (1 + z) * a sum of 4 random numbers: both rows of J see the A of the primal run."""
     P = rand(rng, (M, 3))
     val, J = sp.ndarray(sp.vec2, (M,)), sp.ndarray(sp.Matrix(2, 3), (M,))
     noisy_jacobian(sp.from_numpy(P, dtype=sp.vec3), val, J)
@@ -195,16 +215,6 @@ def test_several_outputs_replay_the_same_random_numbers(rng, reverse_everywhere)
     np.testing.assert_allclose(J[:, 0, 2], A / (1 + P64[:, 2]) * P64[:, 0], rtol=1e-5)
     np.testing.assert_allclose(J[:, 1, 2], A / (1 + P64[:, 2]) * P64[:, 1] ** 2, rtol=1e-5)
     np.testing.assert_array_equal(J[:, 0, 1], 0.0)
-
-
-def test_jacobian_jvp_vjp_in_reverse_mode(rng, reverse_everywhere, monkeypatch):
-    """The jacobian/jvp/vjp test with every unit-direction derivative in reverse mode: the jacobian of a loop
-    (three outputs, three sweeps on adstacks), vjp as one sweep of <c, f>."""
-    from tests.autodiff import test_inkernel_derivatives as T
-    monkeypatch.setattr(T, "vector_derivatives", sp.kernel(T.vector_derivatives.fn))
-    T.test_jacobian_jvp_vjp(rng)
-    # the jacobians of spiral and warp (no loop) and of flow (a loop), the vjp of flow3
-    assert sorted(reverse_everywhere) == [1, 3, 4, 4]
 
 
 # ---- the function's prints: once, from the primal run ------------------------------------------------------
