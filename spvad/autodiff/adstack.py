@@ -86,6 +86,17 @@ class StackSizer:
         self.stacks.append(stack)
         return stack
 
+    def needs_measuring(self, loop):
+        """Whether only the depth probe can size the stacks of `loop` (a while loop, or a trip count that
+        depends on array data)."""
+        if self.fixed is not None:
+            return False
+        try:
+            self.max_trips(loop, (_Ones(), _Ones(), 1))
+            return False
+        except Unbounded:
+            return True
+
     def _spec_id(self, loop, table):
         """One specialisation constant per loop (its stacks share the loop's trip count)."""
         for sid, l in list(self.launch_bounds.items()) + list(self.measured.items()):

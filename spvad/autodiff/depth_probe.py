@@ -34,7 +34,7 @@ def replay_without_writes(block, m, on_write=None, loop_ids=(), counters=None, a
             continue
         if isinstance(s, N.Print):   # a replay prints nothing: the primal launch did
             continue
-        if isinstance(s, (N.RangeFor, N.While, N.If)):
+        if s.BLOCK_FIELDS:   # a loop, an if, an in-kernel derivative: its blocks copied too
             new = N.clone_stmt(s, m)
             sid = loop_ids.get(id(s)) if loop_ids else None
             count = None

@@ -10,13 +10,12 @@ of a primal kernel may use (nothing differentiates adstacks again). This is the 
 compile: the passes after it, kernel-level reverse and forward mode included, see ordinary code (second
 derivatives). Nested Derivatives (a hessian, a func calling sp.grad) expand innermost first.
 """
-import copy
-
 from ..ir import nodes as N
+from ..ir import simplify
 from ..ir.emit import Emitter
 from ..ir.ops import Op
 from .adstack import StackSizer
-from .depth_probe import build_count_kernel
+from .depth_probe import build_count_kernel, replay_without_writes
 from .inline_reverse import InlineReverse
 from .loop_exits import eliminate_loop_exits
 from .rules import NOT_DIFFERENTIABLE, partials
@@ -27,15 +26,32 @@ def expand_derivatives(kernel, stacks=False, ad_stack_size=None):
     reverse mode may put a function's loop-carried values on adstacks (inline_reverse.py; primal kernels
     only: kernel-level autodiff does not differentiate adstacks), sized by `ad_stack_size` when given."""
     for task in kernel.tasks:
+        if not any(isinstance(s, N.Derivative) for s in N.walk(task.body)):
+            continue
+        _drop_unused_tangents(task)
         expansion = _Expansion(kernel, task, stacks, ad_stack_size)
-        if expansion.block(task.body, 0):
-            task.body.stmts[0:0] = expansion.slots
-            sizer = expansion.sizer
-            if sizer is not None and sizer.stacks:
-                task.stack_sizes = sizer
-                if sizer.measured:
-                    task.depth_probe = expansion.depth_probe()
+        expansion.block(task.body, 0)
+        task.body.stmts[0:0] = expansion.slots
+        sizer = expansion.sizer
+        if sizer is not None and sizer.stacks:
+            task.stack_sizes = sizer
+            if sizer.measured:
+                task.depth_probe = expansion.depth_probe()
     return kernel
+
+
+def _drop_unused_tangents(task):
+    """Tangents nothing reads (a gradient never used, a jacobian's unused rows) become zeros: no derivative
+    work is done for them, and a derivative with fewer outputs or directions left may change mode."""
+    live = simplify.live_statements(task, lambda s: isinstance(s, N.Tangent) or simplify.removable(s))
+    for s in N.walk(task.body):
+        if isinstance(s, N.Derivative):
+            for k, t in enumerate(s.body.stmts):
+                if isinstance(t, N.Tangent) and t not in live:
+                    zero = s.body.stmts[k] = N.Const(0.0, t.dtype)
+                    zero.loc = t.loc
+                    for u in s.body.stmts[k + 1:]:
+                        u.replace_operands({t: zero})
 
 
 class _Expansion:
@@ -45,24 +61,24 @@ class _Expansion:
     def __init__(self, kernel, task, stacks, ad_stack_size):
         self.kernel, self.task, self.stacks, self.ad_stack_size = kernel, task, stacks, ad_stack_size
         self.slots, self.sizer, self.before = [], None, None
-        if stacks and any(isinstance(s, N.Derivative) and _has_loops(s) for s in N.walk(task.body)):
-            # the task as it is now, for the depth probe of stacks whose loops run as long as array data says
-            self.copies = {id(p): p for p in kernel.arrays + kernel.scalars}
-            self.before = copy.deepcopy(task, self.copies)
+        if stacks:
+            self.sizer = StackSizer(task, ad_stack_size)
+            if any(self.sizer.needs_measuring(s) for d in _outermost(task.body) if _reverse_plan(d)
+                   for s in N.walk(d.body) if isinstance(s, (N.RangeFor, N.While))):
+                # the task as it is now (without its writes), for the depth probe of stacks whose loops run
+                # as long as array data says
+                self.copies = {}
+                self.before = N.Task(task.name, task.kind, task.header, task.num_threads,
+                                     replay_without_writes(task.body, self.copies))
 
     def block(self, block, depth):
-        """Expand the Derivatives in `block` (those nested in others first); whether there was any."""
-        out, found = [], False
+        """Expand the Derivatives in `block` (those nested in others first)."""
+        out = []
         for s in block.stmts:
             for b in s.blocks():
-                found |= self.block(b, depth + isinstance(s, N.Derivative))
-            if isinstance(s, N.Derivative):
-                out.extend(self.expand(s, depth))
-                found = True
-            else:
-                out.append(s)
+                self.block(b, depth + isinstance(s, N.Derivative))
+            out.extend(self.expand(s, depth) if isinstance(s, N.Derivative) else [s])
         block.stmts[:] = out
-        return found
 
     def expand(self, deriv, depth):
         plan = _reverse_plan(deriv)
@@ -72,8 +88,6 @@ class _Expansion:
             return InlineReverse(deriv, *plan, None, self.slots).run()
         # adstacks: not where the code is differentiated again (kernel-level autodiff, an enclosing derivative)
         if self.stacks and depth == 0:
-            if self.sizer is None:
-                self.sizer = StackSizer(self.task, self.ad_stack_size)
             return InlineReverse(deriv, *plan, self.sizer, self.slots).run()
         return _VectorForward(deriv, self.slots).run()
 
@@ -84,7 +98,7 @@ class _Expansion:
         task = self.before
         expand_derivatives(N.Kernel(self.kernel.name, self.kernel.arrays, self.kernel.scalars, [task]))
         eliminate_loop_exits(task)
-        measured = {sid: self.copies[id(loop)] for sid, loop in self.sizer.measured.items()}
+        measured = {sid: self.copies[loop] for sid, loop in self.sizer.measured.items()}
         return build_count_kernel(self.kernel, task, measured)
 
 
@@ -246,6 +260,16 @@ REVERSE_WIDTH_PER_OUTPUT = 4
 REVERSE_WIDTH_PER_OUTPUT_WITH_LOOPS = 12
 
 
+def _outermost(block):
+    """The Derivatives in `block` that no other Derivative holds."""
+    for s in block.stmts:
+        if isinstance(s, N.Derivative):
+            yield s
+        else:
+            for b in s.blocks():
+                yield from _outermost(b)
+
+
 def _has_loops(deriv):
     return any(isinstance(s, (N.RangeFor, N.While)) for s in N.walk(deriv.body))
 
@@ -267,8 +291,9 @@ def _reverse_plan(deriv):
                     owner[j] = s
     tangents = [s for s in stmts if isinstance(s, N.Tangent)]
     outputs = list(dict.fromkeys(t.value for t in tangents))
+    directions = len({t.direction for t in tangents})   # those read: forward mode computes only them
     per_output = REVERSE_WIDTH_PER_OUTPUT_WITH_LOOPS if _has_loops(deriv) else REVERSE_WIDTH_PER_OUTPUT
-    if len(owner) != deriv.width or not outputs or deriv.width <= per_output * len(outputs):
+    if len(owner) != deriv.width or not outputs or directions <= per_output * len(outputs):
         return None
     first = stmts.index(tangents[0])
     if any(isinstance(s, N.Seed) or not isinstance(s, (N.Tangent, N.LocalStore, N.Const, N.Compute))

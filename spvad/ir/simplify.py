@@ -236,7 +236,7 @@ def eliminate_dead_code(task):
     return changed
 
 
-def _removable(s):
+def removable(s):
     """Dropped when unused: pure values and reads without side effects (loads are never CSE'd, a store may
     intervene; a load of the element this thread just stored takes the stored value, see _Rewriter.block),
     and slots never loaded with their stores."""
@@ -245,13 +245,15 @@ def _removable(s):
             or isinstance(s, (N.Alloca, N.LocalStore)))
 
 
-def _dce_round(task):
+def live_statements(task, is_removable=removable):
+    """The statements of `task` that what it does depends on: those `is_removable` leaves out, and what
+    they read, through operands and the stores of the slots they load."""
     stmts = list(N.walk(task.header)) + list(N.walk(task.body))
     stores = {}
     for s in stmts:
         if isinstance(s, N.LocalStore):
             stores.setdefault(s.slot, []).append(s)
-    work = [task.num_threads] + [s for s in stmts if not _removable(s)]
+    work = [task.num_threads] + [s for s in stmts if not is_removable(s)]
     live = set()
     while work:
         s = work.pop()
@@ -260,13 +262,18 @@ def _dce_round(task):
         live.add(s)
         work.extend(s.operands())
         work.extend(stores.get(s, ()))   # a live slot keeps its stores
+    return live
+
+
+def _dce_round(task):
+    live = live_statements(task)
 
     def sweep(block):
         out, removed = [], False
         for s in block.stmts:
             for b in s.blocks():
                 removed |= sweep(b)
-            if _removable(s) and s not in live:
+            if removable(s) and s not in live:
                 continue
             if isinstance(s, N.If) and not s.then_body.stmts and not s.else_body.stmts:
                 continue

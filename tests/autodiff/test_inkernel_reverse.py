@@ -3,6 +3,8 @@ float64 references, adstacks sized at compile time, at launch, by the depth prob
 overflow raised at sync, derivatives taken again and again in a kernel loop, several outputs in one sweep
 (with random numbers), prints, and whole programs differentiated again (Tape, k.grad, FwdMode). The rest of
 test_inkernel_derivatives.py also runs with every derivative in reverse mode (its `derivative_mode`)."""
+import re
+
 import numpy as np
 import pytest
 
@@ -299,3 +301,30 @@ def test_reverse_over_reverse_with_branches(rng):
     with sp.FwdMode(loss=work, param=Fs, seed=seed.reshape(-1)):
         stress_work(Fs, W, 0.7, work)
     assert float(work.dual.to_numpy()) == pytest.approx(float((np.array(want) * seed).sum()), rel=1e-3)
+
+
+# ---- activity: what nobody reads costs nothing ---------------------------------------------------------------
+@sp.kernel
+def value_only(Fs: sp.Array, n: sp.i32, out: sp.Array):
+    for i in range(Fs.shape[0]):
+        v, g = sp.value_and_grad(chain_energy)(Fs[i], n)   # g unused: no derivative work at all
+        out[i] = v
+
+
+@sp.kernel
+def one_entry(Fs: sp.Array, n: sp.i32, out: sp.Array):
+    for i in range(Fs.shape[0]):
+        g = sp.grad(chain_energy)(Fs[i], n)
+        out[i] = g[1, 2]   # one direction of sixteen: forward mode, one tangent
+
+
+def test_unused_gradients_and_directions_cost_nothing(rng):
+    F0 = (0.6 * rand(rng, (M, 4, 4))).astype(np.float32)
+    Fs, out = sp.from_numpy(F0, dtype=sp.mat4), sp.ndarray(sp.f32, (M,))
+    value_only(Fs, 5, out)
+    close(out.to_numpy(), [chain_energy_np(F.astype(np.float64), 5) for F in F0], 1e-5)
+    assert "adstack " not in value_only.ir(Fs, 5, out) and "adj" not in value_only.ir(Fs, 5, out)
+    one_entry(Fs, 5, out)
+    close(out.to_numpy(), [chain_gradient_np(F.astype(np.float64), 5)[1, 2] for F in F0], 2e-5)
+    ir = one_entry.ir(Fs, 5, out)
+    assert "adstack " not in ir and set(re.findall(r'"tangent(\d+)_', ir)) == {"6"}   # entry (1, 2) of 4x4
