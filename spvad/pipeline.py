@@ -255,7 +255,10 @@ class Lowering:
 
 def compile_task(ir, task, target, kernel_name):
     lower = Lowering(ir, task, target, kernel_name)
-    ct = CompiledTask(task, lower(), kernel_name, relower=lower, stack_sizes=task.stack_sizes)
+    low = lower()
+    if not low.adstacks:   # the optimiser dropped every stack (none was read): nothing to size
+        task.stack_sizes = task.depth_probe = None
+    ct = CompiledTask(task, low, kernel_name, relower=lower, stack_sizes=task.stack_sizes)
     if task.depth_probe is not None:
         count_kernel, ct.depth_words = task.depth_probe
         ct.depth_probe = Lowering(count_kernel, count_kernel.tasks[0], target, kernel_name)()

@@ -239,10 +239,10 @@ def eliminate_dead_code(task):
 def removable(s):
     """Dropped when unused: pure values and reads without side effects (loads are never CSE'd, a store may
     intervene; a load of the element this thread just stored takes the stored value, see _Rewriter.block),
-    and slots never loaded with their stores."""
+    slots never loaded with their stores, and adstacks never read with their pushes and pops."""
     kind = type(s)
     return (kind.PURE or (kind.READS_MEMORY and not kind.HAS_SIDE_EFFECTS)
-            or isinstance(s, (N.Alloca, N.LocalStore)))
+            or isinstance(s, (N.Alloca, N.LocalStore, N.AdStackAlloca, N.AdStackPush, N.AdStackPop)))
 
 
 def live_statements(task, is_removable=removable):
@@ -253,6 +253,8 @@ def live_statements(task, is_removable=removable):
     for s in stmts:
         if isinstance(s, N.LocalStore):
             stores.setdefault(s.slot, []).append(s)
+        elif isinstance(s, (N.AdStackPush, N.AdStackPop)):
+            stores.setdefault(s.stack, []).append(s)
     work = [task.num_threads] + [s for s in stmts if not is_removable(s)]
     live = set()
     while work:
@@ -261,7 +263,7 @@ def live_statements(task, is_removable=removable):
             continue
         live.add(s)
         work.extend(s.operands())
-        work.extend(stores.get(s, ()))   # a live slot keeps its stores
+        work.extend(stores.get(s, ()))   # a live slot (adstack) keeps its stores (pushes and pops)
     return live
 
 
