@@ -60,16 +60,21 @@ class _Expansion:
 
     def __init__(self, kernel, task, stacks, ad_stack_size):
         self.kernel, self.task, self.stacks, self.ad_stack_size = kernel, task, stacks, ad_stack_size
-        self.slots, self.sizer, self.before = [], None, None
+        self.slots, self.sizer, self.before, self.probe_ok = [], None, None, False
         if stacks:
             self.sizer = StackSizer(task, ad_stack_size)
-            if any(self.sizer.needs_measuring(s) for d in _outermost(task.body) if _reverse_plan(d)
-                   for s in N.walk(d.body) if isinstance(s, (N.RangeFor, N.While))):
-                # the task as it is now (without its writes), for the depth probe of stacks whose loops run
-                # as long as array data says
-                self.copies = {}
+            # The depth probe (a run of the task without its writes, before it) sees what the task reads only
+            # if the task writes none of it: else a loop measured there may run longer in the launch.
+            if any(self.measured(d) for d in _outermost(task.body) if _reverse_plan(d)) and \
+                    not _reads_what_it_writes(task):
+                self.probe_ok, self.copies = True, {}
                 self.before = N.Task(task.name, task.kind, task.header, task.num_threads,
                                      replay_without_writes(task.body, self.copies))
+
+    def measured(self, deriv):
+        """Whether a loop of `deriv` has stacks only the depth probe can size."""
+        return any(self.sizer.needs_measuring(s) for s in N.walk(deriv.body)
+                   if isinstance(s, (N.RangeFor, N.While)))
 
     def block(self, block, depth):
         """Expand the Derivatives in `block` (those nested in others first)."""
@@ -87,7 +92,7 @@ class _Expansion:
         if not _has_loops(deriv):   # no adstack: plain IR
             return InlineReverse(deriv, *plan, None, self.slots).run()
         # adstacks: not where the code is differentiated again (kernel-level autodiff, an enclosing derivative)
-        if self.stacks and depth == 0:
+        if self.stacks and depth == 0 and (self.probe_ok or not self.measured(deriv)):
             return InlineReverse(deriv, *plan, self.sizer, self.slots).run()
         return _VectorForward(deriv, self.slots).run()
 
@@ -258,6 +263,12 @@ class _VectorForward(Emitter):
 # (x0 constant), 0.84-0.95 for 16.
 REVERSE_WIDTH_PER_OUTPUT = 4
 REVERSE_WIDTH_PER_OUTPUT_WITH_LOOPS = 12
+
+
+def _reads_what_it_writes(task):
+    stmts = list(N.walk(task.body))
+    written = {s.array for s in stmts if type(s).WRITES_ARRAY}
+    return any(s.array in written for s in stmts if type(s).ACCESSES_ARRAY and type(s).READS_MEMORY)
 
 
 def _outermost(block):

@@ -189,6 +189,24 @@ def test_trip_counts_from_array_data_are_measured(rng):
     assert ck.tasks[0].depth_probe is not None and ck.tasks[0].stack_sizes.measured
 
 
+@sp.kernel
+def recount(Fs: sp.Array, steps: sp.Array, g: sp.Array):
+    for i in range(Fs.shape[0]):
+        steps[i] = steps[i] + 2   # the trip count written before it is read: a probe would see the old one
+        g[i] = sp.grad(chain_energy)(Fs[i], steps[i])
+
+
+def test_trip_counts_the_launch_writes_take_forward_mode(rng):
+    F0 = (0.6 * rand(rng, (M, 4, 4))).astype(np.float32)
+    Fs, g = sp.from_numpy(F0, dtype=sp.mat4), sp.ndarray(sp.mat4, (M,))
+    steps = sp.from_numpy(np.array([1, 3, 2, 5], np.int32))
+    recount(Fs, steps, g)
+    np.testing.assert_array_equal(steps.to_numpy(), [3, 5, 4, 7])
+    for i, n in enumerate([3, 5, 4, 7]):
+        close(g.to_numpy()[i], chain_gradient_np(F0[i].astype(np.float64), n), 2e-5)
+    assert "adstack " not in recount.ir(Fs, steps, g)
+
+
 # ---- several outputs in one sweep, through random numbers ----------------------------------------------------
 @sp.func
 def noisy(p):
