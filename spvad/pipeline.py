@@ -38,7 +38,8 @@ class Mode:
     """What to compile: the kernel itself (`primal`), its reverse-mode gradient (`reverse`), its
     forward-mode derivative (`dual`), or the primal instrumented to catch overwritten reads (`checked`)."""
     kind: str = "primal"
-    aliased: bool = False         # reverse: an ndarray is bound to two parameters (updates stay atomic)
+    aliased: bool = False         # an ndarray is bound to two parameters: reverse, updates stay atomic;
+                                  # primal, no depth probe sizes in-kernel derivatives' stacks
     alias: Optional[tuple] = None  # checked: alias[k] = the first array sharing array k's buffer
     KINDS: ClassVar[tuple] = ("primal", "reverse", "dual", "checked")
 
@@ -161,8 +162,8 @@ def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=()):
     """The passes of `mode`, in order; returns (kernel, check plan of a checked build or None)."""
     # in-kernel derivatives (sp.grad & co) first: every later pass, kernel-level autodiff too, sees plain IR;
     # before them, runtime-indexed locals become selects wherever a derivative will be taken
-    steps = [lambda k: expand_derivatives(k, mode.kind == "primal", ad_stack_size), simplify.simplify,
-             eliminate_all_loop_exits]
+    steps = [lambda k: expand_derivatives(k, mode.kind == "primal", ad_stack_size, probe=not mode.aliased),
+             simplify.simplify, eliminate_all_loop_exits]
     if mode.kind != "primal" or any(isinstance(s, N.Derivative) for t in kernel.tasks for s in N.walk(t.body)):
         steps.insert(0, expand_slot_arrays)
     else:   # small groups run faster as selects (ir/slot_arrays.py)

@@ -21,15 +21,16 @@ from .loop_exits import eliminate_loop_exits
 from .rules import NOT_DIFFERENTIABLE, partials
 
 
-def expand_derivatives(kernel, stacks=False, ad_stack_size=None):
+def expand_derivatives(kernel, stacks=False, ad_stack_size=None, probe=True):
     """Replace every Derivative statement of `kernel` by plain IR, in place; returns the kernel. `stacks`:
     reverse mode may put a function's loop-carried values on adstacks (inline_reverse.py; primal kernels
-    only: kernel-level autodiff does not differentiate adstacks), sized by `ad_stack_size` when given."""
+    only: kernel-level autodiff does not differentiate adstacks), sized by `ad_stack_size` when given, and
+    by the depth probe when `probe` (no ndarray bound to two parameters: the probe could miss a write)."""
     for task in kernel.tasks:
         if not any(isinstance(s, N.Derivative) for s in N.walk(task.body)):
             continue
         _drop_unused_tangents(task)
-        expansion = _Expansion(kernel, task, stacks, ad_stack_size)
+        expansion = _Expansion(kernel, task, stacks, ad_stack_size, probe)
         expansion.block(task.body, 0)
         task.body.stmts[0:0] = expansion.slots
         sizer = expansion.sizer
@@ -58,14 +59,14 @@ class _Expansion:
     """The Derivatives of one task; `slots` gathers what goes to the top of the task (like the frontend's
     locals): tangent and adjoint slots, adstacks."""
 
-    def __init__(self, kernel, task, stacks, ad_stack_size):
+    def __init__(self, kernel, task, stacks, ad_stack_size, probe):
         self.kernel, self.task, self.stacks, self.ad_stack_size = kernel, task, stacks, ad_stack_size
         self.slots, self.sizer, self.before, self.probe_ok = [], None, None, False
         if stacks:
             self.sizer = StackSizer(task, ad_stack_size)
             # The depth probe (a run of the task without its writes, before it) sees what the task reads only
             # if the task writes none of it: else a loop measured there may run longer in the launch.
-            if any(self.measured(d) for d in _outermost(task.body) if _reverse_plan(d)) and \
+            if probe and any(self.measured(d) for d in _outermost(task.body) if _reverse_plan(d)) and \
                     not _reads_what_it_writes(task):
                 self.probe_ok, self.copies = True, {}
                 self.before = N.Task(task.name, task.kind, task.header, task.num_threads,
@@ -266,9 +267,13 @@ REVERSE_WIDTH_PER_OUTPUT_WITH_LOOPS = 12
 
 
 def _reads_what_it_writes(task):
+    """Whether a value the task reads from an array may come from its own writes (an atomic's old value
+    counts only where it is used: `loss[None] += ...` reads nothing)."""
     stmts = list(N.walk(task.body))
     written = {s.array for s in stmts if type(s).WRITES_ARRAY}
-    return any(s.array in written for s in stmts if type(s).ACCESSES_ARRAY and type(s).READS_MEMORY)
+    used = {o for s in stmts for o in s.operands()}
+    return any(s.array in written for s in stmts
+               if isinstance(s, N.GlobalLoad) or (isinstance(s, N.AtomicRMW) and s in used))
 
 
 def _outermost(block):

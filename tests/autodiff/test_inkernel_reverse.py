@@ -170,9 +170,11 @@ def test_stacks_follow_the_launch_and_overflow_is_raised(rng):
 
 
 @sp.kernel
-def descend_counted(Fs: sp.Array, steps: sp.Array, lr: sp.f32, out: sp.Array):
+def descend_counted(Fs: sp.Array, steps: sp.Array, lr: sp.f32, out: sp.Array, total: sp.Array):
     for i in range(Fs.shape[0]):
-        out[i] = Fs[i] - lr * sp.grad(chain_energy)(Fs[i], steps[i])   # a trip count read from an array
+        e, g = sp.value_and_grad(chain_energy)(Fs[i], steps[i])   # a trip count read from an array
+        out[i] = Fs[i] - lr * g
+        total[None] += e   # an atomic whose old value nobody reads: the probe misses no read
 
 
 def test_trip_counts_from_array_data_are_measured(rng):
@@ -180,12 +182,16 @@ def test_trip_counts_from_array_data_are_measured(rng):
     before each launch: more steps in the next launch get larger stacks."""
     F0 = (0.6 * rand(rng, (M, 4, 4))).astype(np.float32)
     Fs, out = sp.from_numpy(F0, dtype=sp.mat4), sp.ndarray(sp.mat4, (M,))
+    total = sp.ndarray(sp.f32, ())
     for counts in ([1, 3, 2, 5], [9, 2, 17, 4]):
         steps = sp.from_numpy(np.array(counts, np.int32))
-        descend_counted(Fs, steps, 0.05, out)
+        total.fill(0.0)
+        descend_counted(Fs, steps, 0.05, out, total)
         for i in range(M):
             close(out.to_numpy()[i], F0[i] - 0.05 * chain_gradient_np(F0[i].astype(np.float64), counts[i]), 2e-5)
-    ck = descend_counted._compiled(descend_counted._bind((Fs, steps, 0.05, out))[0])
+        assert float(total.to_numpy()) == pytest.approx(
+            sum(chain_energy_np(F.astype(np.float64), n) for F, n in zip(F0, counts)), rel=1e-5)
+    ck = descend_counted._compiled(descend_counted._bind((Fs, steps, 0.05, out, total))[0])
     assert ck.tasks[0].depth_probe is not None and ck.tasks[0].stack_sizes.measured
 
 
@@ -205,6 +211,27 @@ def test_trip_counts_the_launch_writes_take_forward_mode(rng):
     for i, n in enumerate([3, 5, 4, 7]):
         close(g.to_numpy()[i], chain_gradient_np(F0[i].astype(np.float64), n), 2e-5)
     assert "adstack " not in recount.ir(Fs, steps, g)
+
+
+@sp.kernel
+def relabel(Fs: sp.Array, src: sp.Array, dst: sp.Array, g: sp.Array):
+    for i in range(Fs.shape[0]):
+        dst[i] = 6
+        g[i] = sp.grad(chain_energy)(Fs[i], src[i])   # src may be dst under another name
+
+
+def test_an_ndarray_under_two_names_is_not_probed(rng):
+    """Bound to two parameters, one written and one read, an ndarray would show the probe its old contents:
+    that launch compiles without probe-sized stacks (forward mode there)."""
+    F0 = (0.6 * rand(rng, (M, 4, 4))).astype(np.float32)
+    Fs, g = sp.from_numpy(F0, dtype=sp.mat4), sp.ndarray(sp.mat4, (M,))
+    counts = sp.from_numpy(np.array([1, 2, 1, 2], np.int32))
+    relabel(Fs, counts, sp.ndarray(sp.i32, (M,)), g)   # distinct arrays: probed, reverse mode
+    for i, n in enumerate([1, 2, 1, 2]):
+        close(g.to_numpy()[i], chain_gradient_np(F0[i].astype(np.float64), n), 2e-5)
+    relabel(Fs, counts, counts, g)
+    for i in range(M):
+        close(g.to_numpy()[i], chain_gradient_np(F0[i].astype(np.float64), 6), 2e-5)
 
 
 # ---- several outputs in one sweep, through random numbers ----------------------------------------------------
