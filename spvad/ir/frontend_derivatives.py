@@ -9,7 +9,7 @@ pass, so kernel-level autodiff of a kernel using these sees ordinary code (secon
 """
 from . import nodes as N
 from .emit import PY_SCALARS
-from .frontend_vectors import VecValue, shaped
+from .frontend_vectors import VecValue, shape_words, shaped
 from .ops import Op
 
 TRANSFORMS = ("grad", "value_and_grad", "jacobian", "hessian")
@@ -116,9 +116,7 @@ def float_components(b, v, what):
 
 
 def shape_name(shape):
-    if not shape:
-        return "a scalar"
-    return f"a {shape[0]}-vector" if len(shape) == 1 else f"a {shape[0]}x{shape[1]} matrix"
+    return f"a {shape_words(shape)}" if shape else "a scalar"
 
 
 # ---- the Derivative statement ----------------------------------------------------------------------------
@@ -307,11 +305,7 @@ def vjp(b, func, primals, cotangent):
         if cshape != shape:
             b.error(f"sp.vjp: the cotangent is {shape_name(cshape)} but {func.fn.__name__} returns "
                     f"{shape_name(shape)}")
-        terms = [b.binop("*", b.cast(c, o.dtype), o) for c, o in zip(ccomps, outs)]
-        acc = terms[0]
-        for term in terms[1:]:
-            acc = b.binop("+", acc, term)
-        return acc
+        return b.sum_of([b.binop("*", b.cast(c, o.dtype), o) for c, o in zip(ccomps, outs)])
     r = differentiate(b, inputs, spans[-1].stop, call_with(b, func), True, what, contract)
     row = r.tangents[0]
     return r.value(), tuple(rebuild(shape, [b.cast(row[j], c.dtype) for j, c in zip(span, cs)])

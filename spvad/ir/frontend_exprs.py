@@ -7,7 +7,8 @@ from . import nodes as N
 from .emit import PY_SCALARS, py_dtype
 from .frontend_methods import METHODS, BoundMethod
 from .frontend_values import ENDED, FieldRef, Lazy, ShapeRef
-from .frontend_vectors import MatValue, VecArg, VecSlots, VecValue, is_constant_matrix, is_constant_vector, shaped
+from .frontend_vectors import (MatValue, VecArg, VecSlots, VecValue, is_constant_matrix, is_constant_vector, shaped,
+                               shape_words)
 
 
 class ExprsMixin:
@@ -131,8 +132,8 @@ class ExprsMixin:
             raw += [self.visit(e) for e in sl.elts] if isinstance(sl, ast.Tuple) else [self.visit(sl)]
         elem = self.array_element_shape(arr)
         if len(raw) != arr.ndim and not (elem and len(raw) == self.user_ndim(arr)):
-            kind = f"{elem[0]}-vectors" if len(elem) == 1 else "x".join(map(str, elem)) + " matrices"
-            what = f"{self.user_ndim(arr)} dimension(s) of {kind}" if elem else f"{arr.ndim} dimension(s)"
+            what = (f"{self.user_ndim(arr)} dimension(s) of {shape_words(elem, plural=True)}" if elem else
+                    f"{arr.ndim} dimension(s)")
             self.error(f"array '{arr.name}' has {what}, indexed with {len(raw)}")
         idx = tuple(self.cast(self.index_value(i), T.i32) for i in raw)
         return arr, field, idx

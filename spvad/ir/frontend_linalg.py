@@ -85,9 +85,9 @@ class LinalgMixin:
         # rank 1: any unit vector orthogonal to u1 (from the axis u1 is least aligned with)
         far = [self.select(self.binop("<", abs_(self, u1[0]), 0.9), c0, c1)
                for c0, c1 in zip(self.axis(3, 0), self.axis(3, 1))]
-        fallback = self.cross_list(u1, far)
+        fallback = self.cross_comps(u1, far)
         u2 = self.safe_unit(w, s2, self.unit(fallback))
-        u3 = self.cross_list(u1, u2)
+        u3 = self.cross_comps(u1, u2)
         return [u1, u2, u3], [s1, s2, self.dot_list(u3, av[2])], vcols
 
     def symmetric_eigen(self, b, dtype):
@@ -164,10 +164,7 @@ class LinalgMixin:
         return self.binop("*", x, y)
 
     def dot_list(self, x, y):
-        acc = self.mul(x[0], y[0])
-        for a, b in zip(x[1:], y[1:]):
-            acc = self.add(acc, self.mul(a, b))
-        return acc
+        return self.sum_of([self.mul(a, b) for a, b in zip(x, y)])
 
     def norm(self, x):
         return self.math1(Op.SQRT, self.dot_list(x, x))
@@ -181,9 +178,6 @@ class LinalgMixin:
         ok = self.binop(">", length, TINY)
         inv = self.binop("/", 1.0, self.minmax(Op.MAX, length, TINY))
         return [self.select(ok, self.mul(c, inv), f) for c, f in zip(x, fallback)]
-
-    def cross_list(self, a, b):
-        return [self.sub(self.mul(a[i], b[j]), self.mul(a[j], b[i])) for i, j in [(1, 2), (2, 0), (0, 1)]]
 
     def axis(self, n, k):
         return [1.0 if i == k else 0.0 for i in range(n)]

@@ -13,7 +13,7 @@ import ast
 from .. import types as T
 from . import nodes as N
 from .emit import PY_SCALARS, py_dtype
-from .frontend_vectors import VecSlots, VecValue, shaped
+from .frontend_vectors import VecSlots, VecValue, is_vector, shaped
 
 
 class LocalArraysMixin:
@@ -64,14 +64,10 @@ class LocalArraysMixin:
     def read_element(self, v, key):
         """`v[k]` (a vector component), `M[i, j]` (a matrix element) or `M[i]` (a matrix row)."""
         keys = self.element_key(v.shape, key, v.name)
-        rows = v.shape[0]
-        if len(v.shape) == 1:
-            return self.choose(v.comps, [self.position_condition(keys, (j,)) for j in range(rows)])
-        if len(keys) == 1:   # a row
-            return self.choose([v.row(i) for i in range(rows)],
-                               [self.position_condition(keys, (i,)) for i in range(rows)])
-        positions = [(i, j) for i in range(rows) for j in range(v.shape[1])]
-        return self.choose(v.comps, [self.position_condition(keys, p) for p in positions])
+        if len(keys) < len(v.shape):   # M[i]: a row
+            rows = range(v.shape[0])
+            return self.choose([v.row(i) for i in rows], [self.position_condition(keys, (i,)) for i in rows])
+        return self.choose(v.comps, [self.position_condition(keys, p) for p in self.positions(v.shape)])
 
     # ---- locals addressed at run time: SlotSelect / SlotStore (ir/slot_arrays.py) ----
     def local_group(self, node):
@@ -226,7 +222,7 @@ class LocalArraysMixin:
             self.error("an empty list is not supported in a kernel")
         if all(isinstance(i, (N.Stmt,) + PY_SCALARS) for i in items):
             return self.scalar_list(items)
-        if all(isinstance(i, VecValue) and len(i.shape) == 1 for i in items):
+        if all(is_vector(i) for i in items):
             widths = {i.n for i in items}
             if len(widths) != 1:
                 self.error("the rows of a matrix literal must have one length")

@@ -6,7 +6,7 @@ frontend_linalg. The IR, the lowering and both autodiff modes never see a matrix
 from .. import types as T
 from . import nodes as N
 from .emit import PY_SCALARS
-from .frontend_vectors import COMPARISONS, MatValue, VecValue
+from .frontend_vectors import COMPARISONS, MatValue, VecValue, is_vector
 
 MATRIX_BUILTINS = ("transpose", "trace", "outer", "determinant", "inverse", "svd", "polar_decompose")
 TYPE_METHODS = ("zero", "identity")
@@ -28,7 +28,7 @@ class MatricesMixin:
             if sym in COMPARISONS:
                 self.error("comparing matrices is not supported (compare their elements)")
             other = b if a_mat else a
-            if isinstance(other, VecValue) and not isinstance(other, MatValue):
+            if is_vector(other):
                 self.error(f"cannot combine a {a.name} and a {b.name} element-wise (use @ for a product)")
         return super().binop(sym, a, b)
 
@@ -42,13 +42,9 @@ class MatricesMixin:
             self.error(f"cannot multiply a {a.name} by a {b.name}: inner sizes {ash[1]} and {bsh[0]} differ")
 
         def entry(i, j):
-            acc = None
-            for k in range(ash[1]):
-                x = a.at(i, k) if isinstance(a, MatValue) else a.comps[k]
-                y = b.at(k, j) if isinstance(b, MatValue) else b.comps[k]
-                p = self.binop("*", x, y)
-                acc = p if acc is None else self.binop("+", acc, p)
-            return acc
+            return self.sum_of([self.binop("*", a.at(i, k) if isinstance(a, MatValue) else a.comps[k],
+                                           b.at(k, j) if isinstance(b, MatValue) else b.comps[k])
+                                for k in range(ash[1])])
         comps = [entry(i, j) for i in range(ash[0]) for j in range(bsh[1])]
         if isinstance(a, MatValue) and isinstance(b, MatValue):
             return MatValue(comps, ash[0], bsh[1])
@@ -104,7 +100,7 @@ class MatricesMixin:
             if args[0].shape != (n, m):
                 self.error(f"{mtype.name}(...) needs a {n}x{m} matrix, got a {args[0].name}")
             flat = list(args[0].comps)
-        elif len(args) == n and all(isinstance(a, VecValue) and not isinstance(a, MatValue) for a in args):
+        elif len(args) == n and all(is_vector(a) for a in args):
             if any(a.n != m for a in args):
                 self.error(f"{mtype.name}(...) needs {n} rows of {m} components")
             flat = [c for a in args for c in a.comps]
@@ -144,7 +140,7 @@ class MatricesMixin:
     # ---- builtins ----
     def matrix_builtin(self, name, args):
         if name == "outer":
-            if len(args) != 2 or not all(isinstance(a, VecValue) and not isinstance(a, MatValue) for a in args):
+            if len(args) != 2 or not all(is_vector(a) for a in args):
                 self.error("sp.outer takes two vectors")
             u, v = args
             return MatValue([self.binop("*", x, y) for x in u.comps for y in v.comps], u.n, v.n)
@@ -155,10 +151,7 @@ class MatricesMixin:
             return self.transposed(a)
         self.require_square(name, a)
         if name == "trace":
-            acc = a.at(0, 0)
-            for i in range(1, a.rows):
-                acc = self.binop("+", acc, a.at(i, i))
-            return acc
+            return self.sum_of([a.at(i, i) for i in range(a.rows)])
         return self.linalg(name, a)
 
     def require_square(self, name, a, sizes=None):

@@ -1,7 +1,5 @@
 """Taichi-style methods of vector and matrix values in kernels (`v.dot(w)`, `v.norm()`, `M.transpose()`,
 `M.determinant()`, ...): each is the sp.* builtin of the same meaning with the value as first argument."""
-import functools
-
 from .ops import Op
 
 # method -> the builtin it calls (see frontend_calls.builtin); None: composed below
@@ -30,5 +28,5 @@ def call_method(b, method, args, kw):
     if name == "norm_sqr":
         return b.builtin("dot", [v, v])
     if name == "sum":
-        return functools.reduce(lambda x, y: b.binop("+", x, y), v.comps)
+        return b.sum_of(v.comps)
     return b.minmax(Op.MAX if name == "max" else Op.MIN, *v.comps)

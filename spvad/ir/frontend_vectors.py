@@ -5,6 +5,8 @@ Element-wise arithmetic and math, dot/cross/length/normalize, vector locals (one
 vector returns of `@sp.func`s and ndarrays of vectors (a trailing storage axis) all become scalar IR, so
 the IR, the SPIR-V lowering and both autodiff modes never see a vector.
 """
+import functools
+
 import numpy as np
 
 from .. import types as T
@@ -75,6 +77,18 @@ class MatValue(VecValue):
 def shaped(comps, shape):
     """A VecValue (1-D shape) or MatValue (2-D shape) of `comps`."""
     return MatValue(comps, *shape) if len(shape) == 2 else VecValue(comps)
+
+
+def is_vector(v):
+    """A vector value (not a matrix)."""
+    return isinstance(v, VecValue) and len(v.shape) == 1
+
+
+def shape_words(shape, plural=False):
+    """`shape` in error messages: "3-vector(s)" or "2x3 matri(x|ces)"."""
+    if len(shape) == 1:
+        return f"{shape[0]}-vector" + "s" * plural
+    return "x".join(map(str, shape)) + (" matrices" if plural else " matrix")
 
 
 class VecSlots:
@@ -213,7 +227,7 @@ class VectorsMixin:
     # ---- dot, cross, length, normalize ----
     def vector_builtin(self, name, args):
         want = 1 if name in ("length", "normalize") else 2
-        if len(args) != want or not all(isinstance(a, VecValue) and len(a.shape) == 1 for a in args):
+        if len(args) != want or not all(is_vector(a) for a in args):
             self.error(f"sp.{name} takes {want} vector argument{'s' if want > 1 else ''}")
         if name == "dot":
             return self.dot(*args)
@@ -221,9 +235,7 @@ class VectorsMixin:
             a, b = args
             if a.n != 3 or b.n != 3:
                 self.error(f"sp.cross needs two 3-vectors, got {a.name} and {b.name}")
-            x = [(1, 2), (2, 0), (0, 1)]
-            return VecValue(self.binop("-", self.binop("*", a.comps[i], b.comps[j]),
-                                       self.binop("*", a.comps[j], b.comps[i])) for i, j in x)
+            return VecValue(self.cross_comps(a.comps, b.comps))
         length = self.math1(Op.SQRT, self.dot(args[0], args[0]))
         if name == "length":
             return length
@@ -231,11 +243,16 @@ class VectorsMixin:
         return self.binop("*", args[0], inv)
 
     def dot(self, a, b):
-        products = self.binop("*", a, b).comps
-        acc = products[0]
-        for p in products[1:]:
-            acc = self.binop("+", acc, p)
-        return acc
+        return self.sum_of(self.binop("*", a, b).comps)
+
+    def cross_comps(self, a, b):
+        """The components of the cross product of two 3-component lists."""
+        return [self.binop("-", self.binop("*", a[i], b[j]), self.binop("*", a[j], b[i]))
+                for i, j in [(1, 2), (2, 0), (0, 1)]]
+
+    def sum_of(self, values):
+        """values[0] + values[1] + ..., added left to right."""
+        return functools.reduce(lambda acc, v: self.binop("+", acc, v), values)
 
     # ---- ndarrays of vectors (matrices): trailing storage axes of the element's shape ----
     def array_element_shape(self, arr):
@@ -264,8 +281,7 @@ class VectorsMixin:
         shape = self.array_element_shape(arr)
         if isinstance(value, VecValue):
             if value.shape != shape:
-                what = f"{shape[0]}-vectors" if len(shape) == 1 else f"{shape[0]}x{shape[1]} matrices"
-                self.error(f"cannot store a {value.name} into an array of {what}")
+                self.error(f"cannot store a {value.name} into an array of {shape_words(shape, plural=True)}")
             return [self.cast(c, arr.dtype) for c in value.comps]
         return [self.cast(value, arr.dtype)] * self.array_width(arr)
 
@@ -298,8 +314,7 @@ class VectorsMixin:
                 self.error(f"local '{name}' holds a {what}; assigning a scalar to it is not supported "
                            f"(build a {what}, e.g. sp.vec{len(cur.slots)}(s))")
             if value.shape != cur.shape:
-                have = f"{cur.shape[0]}-vector" if len(cur.shape) == 1 else "{}x{} matrix".format(*cur.shape)
-                self.error(f"local '{name}' holds a {have}; cannot assign a {value.name}")
+                self.error(f"local '{name}' holds a {shape_words(cur.shape)}; cannot assign a {value.name}")
             for k, (slot, c) in enumerate(zip(cur.slots, value.comps)):
                 self.store_local(f"{name}[{k}]", slot, c)
             return
