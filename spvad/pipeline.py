@@ -102,11 +102,6 @@ class CompiledTask:
         """Indices of the scalar arguments the thread count depends on."""
         return sorted({s.param.index for s in self.task.header.stmts if isinstance(s, N.ScalarArg)})
 
-    @functools.cached_property
-    def threads_read_scalars(self):
-        """Whether the thread count depends on scalar arguments (else it is fixed by the shapes)."""
-        return any(isinstance(s, N.ScalarArg) for s in self.task.header.stmts)
-
     def spec_constants(self, scalars, shapes, num_threads):
         """Adstack capacities known once the launch's scalars and shapes are (spec id -> capacity), or None."""
         sizer = self.stack_sizes

@@ -60,7 +60,7 @@ class _Expansion:
     locals): tangent and adjoint slots, adstacks."""
 
     def __init__(self, kernel, task, stacks, ad_stack_size, probe):
-        self.kernel, self.task, self.stacks, self.ad_stack_size = kernel, task, stacks, ad_stack_size
+        self.kernel, self.task, self.stacks = kernel, task, stacks
         self.slots, self.sizer, self.before, self.probe_ok = [], None, None, False
         if stacks:
             self.sizer = StackSizer(task, ad_stack_size)
@@ -74,8 +74,7 @@ class _Expansion:
 
     def measured(self, deriv):
         """Whether a loop of `deriv` has stacks only the depth probe can size."""
-        return any(self.sizer.needs_measuring(s) for s in N.walk(deriv.body)
-                   if isinstance(s, (N.RangeFor, N.While)))
+        return any(self.sizer.needs_measuring(s) for s in N.loops_in(deriv.body))
 
     def block(self, block, depth):
         """Expand the Derivatives in `block` (those nested in others first)."""
@@ -287,7 +286,7 @@ def _outermost(block):
 
 
 def _has_loops(deriv):
-    return any(isinstance(s, (N.RangeFor, N.While)) for s in N.walk(deriv.body))
+    return any(N.loops_in(deriv.body))
 
 
 def _reverse_plan(deriv):

@@ -458,6 +458,11 @@ class Kernel:
     scratch: tuple = ()
 
 
+def loops_in(block):
+    """Every loop under `block`."""
+    return (s for s in walk(block) if isinstance(s, (RangeFor, While)))
+
+
 def adstacks_of(task):
     return [s for s in walk(task.body) if isinstance(s, AdStackAlloca)]
 

@@ -15,7 +15,7 @@ from .ops import Op
 
 def grouped_slots(body):
     """Every slot addressed by a SlotSelect or SlotStore under `body`."""
-    return {slot for s in N.walk(body) if isinstance(s, (N.SlotSelect, N.SlotStore)) for slot in s.slots}
+    return {slot for group in slot_groups(body) for slot in group}
 
 
 def slot_groups(body):

@@ -112,7 +112,7 @@ class Record:
     def __init__(self, recorded, on_device, spec, push, n, shapes):
         self.recorded, self.on_device, self.spec, self.push, self.n, self.shapes = \
             recorded, on_device, spec, push, n, shapes
-        self.threads_fixed = not on_device.ct.threads_read_scalars
+        self.threads_fixed = not on_device.ct.header_scalars   # the thread count reads no scalar
 
 
 def same_threads(records, scalars):

@@ -91,8 +91,7 @@ def plan_layout(kernel, task, features, homes=None, bounds_check=False, coarsen=
     lay.adjoint_stacks = stacks_with_adjoint(task)
     lay.per_thread = WIDTH if coarsen and coarsenable(task, bounds_check) else 1
     lay.prints = any(isinstance(s, N.Print) for s in N.walk(task.body))
-    lay.loop_check = bool(features.get("loop_iteration_cap")) and any(
-        isinstance(s, (N.RangeFor, N.While)) for s in N.walk(task.body))
+    lay.loop_check = bool(features.get("loop_iteration_cap")) and any(N.loops_in(task.body))
     scalars, shapes = set(), set()
     if bounds_check:   # every axis of a checked array's shape is pushed (row-major addressing needs 1..)
         sites = checked_accesses(task)
