@@ -10,6 +10,7 @@ goes when nothing else reads it). For the integrator the cut is `0.01*sin(v)` an
 transcendental in the reverse loop, as the best hand-written gradient does. Same values bit for bit.
 """
 from ..ir import nodes as N
+from ..ir.simplify import eliminate_dead_code
 from ..ir.ops import Op
 
 # Relative cost of computing each op once (a push and its pop cost PUSH_POP): the table the choice reads.
@@ -167,20 +168,10 @@ def _rewrite(task, stack, fwd_loop, rev_loop, pop, recomputed, cut, new, m, keep
     _replace_uses(rev_loop.body, tops_now)
     at = task.body.stmts.index(stack)
     task.body.stmts[at + 1:at + 1] = kept
-    if not keep_snapshot:
-        _drop_stack(task, stack)
+    if not keep_snapshot:   # the snapshot nobody reads any more goes, with its pushes and pops
+        eliminate_dead_code(task)
 
 
 def _replace_uses(block, mapping):
     for s in N.walk(block):
         s.replace_operands(mapping)
-
-
-def _drop_stack(task, stack):
-    """The snapshot nobody reads any more: its alloca, push, loads and pop go (simplify drops the rest)."""
-    def sweep(block):
-        block.stmts[:] = [s for s in block.stmts if s is not stack and getattr(s, "stack", None) is not stack]
-        for s in block.stmts:
-            for b in s.blocks():
-                sweep(b)
-    sweep(task.body)
