@@ -8,7 +8,7 @@ import sys
 from . import runtime
 from . import types as T
 from .errors import SpvadError
-from .ir.frontend import ArraySpec
+from .frontend import ArraySpec
 from .ir.printer import format_kernel
 from .spirv import tools
 

@@ -10,10 +10,10 @@ from . import cache, recording, runtime, tape
 from . import types as T
 from .autodiff.validation import violation_check
 from .errors import ArgumentError, AutodiffRuleError, SpvadError
-from .ir.frontend import ArraySpec, VectorArgSpec
-from .ir.frontend_random import launch_key, random_key_index
+from .frontend import ArraySpec, VectorArgSpec
+from .frontend.random_numbers import launch_key, random_key_index
 from .ir.printer import format_kernel
-from .ir.source import FunctionSource
+from .frontend.source import FunctionSource
 from .lang import Array
 from .launch import BoundReplay, Replay, launch
 from .ndarray import Ndarray
@@ -337,7 +337,7 @@ class Kernel:
                                             self._refuse_missing("grad"))
             self.grad_bound(specs, arrays, self._last_random_key(self._compiled(specs), scalars))
 
-    # ---- sp.random / sp.randn: the hidden key scalar (ir/frontend_random.py) ----
+    # ---- sp.random / sp.randn: the hidden key scalar (frontend/random_numbers.py) ----
     def _fresh_random_key(self, ck, scalars):
         """`scalars` and, for a kernel that draws random numbers, a fresh key: every forward launch (plain,
         k.fwd, sp.FwdMode) draws new ones. Remembered for k.grad, which differentiates the latest."""

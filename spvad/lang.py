@@ -121,13 +121,13 @@ __all__ = ["Array", "dot", "cross", "length", "normalize", "transpose", "trace",
            "atan2", "hypot", "fmod", "pow", "min", "max", "clamp", "select", "cast", "atomic_add", "atomic_max",
            "atomic_min", "static", "ndrange", *_NUMPY_UNARY]
 
-# random numbers (ir/frontend_random.py): inside kernels only, where sp.init's random_seed and the launch
+# random numbers (frontend/random_numbers.py): inside kernels only, where sp.init's random_seed and the launch
 # decide them
 random = _host_only("random")
 randn = _host_only("randn")
 __all__ += ["random", "randn"]
 
-# derivatives of @sp.func functions inside kernels (ir/frontend_derivatives.py); sp.stop_gradient also
+# derivatives of @sp.func functions inside kernels (frontend/derivatives.py); sp.stop_gradient also
 # stops kernel-level derivatives, and is the identity on the host
 class _Transform:
     """What `sp.grad(f, argnums)` & co give outside a kernel (`dsdf = sp.grad(sdf)` at module level):

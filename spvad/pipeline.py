@@ -22,7 +22,7 @@ from .autodiff.validation import instrument
 from .errors import SpvadError
 from .ir import nodes as N
 from .ir import simplify, verify
-from .ir.frontend import build_kernel
+from .frontend import build_kernel
 from .ir.interp import eval_num_threads
 from .ir.licm import hoist_loop_invariants
 from .ir.locals import forward_locals
@@ -88,7 +88,7 @@ class CompiledTask:
     def num_threads(self, scalars, shapes):
         """Threads of a launch: the task header evaluated on the host, memoised per scalars and shapes."""
         cache = self.__dict__.setdefault("_threads", {})
-        # only the scalars the header reads: a random key differs every launch (ir/frontend_random.py)
+        # only the scalars the header reads: a random key differs every launch (frontend/random_numbers.py)
         key = (tuple(scalars[i] for i in self.header_scalars), tuple(shapes))
         n = cache.get(key)
         if n is None:

@@ -1,4 +1,4 @@
-"""Expand derivatives inside kernels (Derivative statements from ir/frontend_derivatives.py) into plain IR.
+"""Expand derivatives inside kernels (Derivative statements from frontend/derivatives.py) into plain IR.
 
 Forward mode with `width` tangents per value at once (Enzyme's vector mode), built from the partials table
 kernel-level autodiff uses (rules.py). Tangents are computed in program order next to their primal values,

@@ -5,8 +5,8 @@ import numpy as np
 
 from .. import runtime
 from .. import types as T
-from ..ir.frontend import VectorArgSpec
-from ..ir.frontend_random import random_key_index
+from ..frontend import VectorArgSpec
+from ..frontend.random_numbers import random_key_index
 from .versions import bump_versions, companion
 
 

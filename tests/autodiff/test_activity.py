@@ -7,7 +7,7 @@ import pytest
 import spvad as sp
 from spvad.autodiff.activity import Activity, varied_outputs
 from spvad.ir import nodes as N
-from spvad.ir.frontend import ArraySpec, build_kernel
+from spvad.frontend import ArraySpec, build_kernel
 from spvad.ir.verify import verify
 
 

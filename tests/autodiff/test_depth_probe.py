@@ -9,7 +9,7 @@ import spvad as sp
 from spvad.autodiff.depth_probe import build_count_kernel, replay_without_writes
 from spvad.autodiff.loop_exits import eliminate_loop_exits
 from spvad.ir import nodes as N
-from spvad.ir.frontend import ArraySpec, build_kernel
+from spvad.frontend import ArraySpec, build_kernel
 from spvad.ir.interp import run_kernel
 from spvad.ir.verify import verify
 

@@ -9,7 +9,7 @@ from spvad import types as T
 from spvad.ir import nodes as N
 from spvad.ir import verify
 from spvad.kernel import Kernel
-from spvad.ir.frontend import ArraySpec, build_kernel
+from spvad.frontend import ArraySpec, build_kernel
 from spvad.ir.printer import format_kernel
 from spvad.pipeline import PRIMAL, run_passes
 

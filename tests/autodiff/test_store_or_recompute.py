@@ -7,7 +7,7 @@ import pytest
 import spvad as sp
 from spvad.autodiff.store_or_recompute import COST
 from spvad.ir import nodes as N
-from spvad.ir.frontend import ArraySpec, build_kernel
+from spvad.frontend import ArraySpec, build_kernel
 from spvad.ir.interp import run_kernel
 from spvad.ir.ops import Op
 from spvad.pipeline import REVERSE, run_passes

@@ -5,7 +5,7 @@ import pytest
 
 import spvad as sp
 from spvad.ir import nodes as N
-from spvad.ir.frontend import ArraySpec, build_kernel
+from spvad.frontend import ArraySpec, build_kernel
 from spvad.ir.interp import run_kernel
 from spvad.ir.licm import hoist_loop_invariants
 from spvad.ir.verify import verify

@@ -6,7 +6,7 @@ import pytest
 
 import spvad as sp
 from spvad.ir import nodes as N
-from spvad.ir.frontend import ArraySpec, build_kernel
+from spvad.frontend import ArraySpec, build_kernel
 from spvad.ir.interp import run_kernel
 from spvad.pipeline import PRIMAL, REVERSE, run_passes
 from tests.common_kernels import integrate

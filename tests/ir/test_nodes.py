@@ -10,7 +10,7 @@ import spvad as sp
 from spvad import types as T
 from spvad.ir import nodes as N
 from spvad.ir import simplify
-from spvad.ir.frontend import ArraySpec, build_kernel
+from spvad.frontend import ArraySpec, build_kernel
 from spvad.ir.interp import InterpError, eval_num_threads, run_kernel
 from spvad.ir.ops import Op
 from spvad.ir.verify import IRVerifyError, verify

@@ -62,7 +62,7 @@ def test_no_float_operand_ops_take_no_float():
 def test_every_math_op_is_a_function_kernels_can_call():
     """`sp.<op value>` exists for every op the frontend maps by name, and is the builtin of that name."""
     import spvad as sp
-    from spvad.ir.frontend_calls import MATH1, MATH2
+    from spvad.frontend.calls import MATH1, MATH2
     for name in {**MATH1, **MATH2}:
         fn = getattr(sp, name, None)
         assert fn is not None and getattr(fn, "_spvad_builtin", None) == name, f"sp.{name} is missing"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
-from spvad.ir.frontend import ArraySpec, build_kernel
+from spvad.frontend import ArraySpec, build_kernel
 from spvad.ir.interp import run_kernel
 from spvad.pipeline import PASSES, PRIMAL, REVERSE, run_passes
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
-from spvad.ir.frontend import ArraySpec, build_kernel
+from spvad.frontend import ArraySpec, build_kernel
 from spvad.ir.printer import format_kernel
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
-from spvad.ir.frontend import build_kernel
+from spvad.frontend import build_kernel
 from spvad.ir.interp import OutOfBoundsError, run_kernel
 
 N = 4
@@ -249,7 +249,7 @@ def test_only_the_first_violation_since_the_sync_is_reported(debug):
 
 # ---- the oracle agrees -------------------------------------------------------------------------------------
 def test_the_interpreter_reports_the_same_access():
-    from spvad.ir.frontend import ArraySpec
+    from spvad.frontend import ArraySpec
     kernel, _, _ = build_kernel(shift_store.fn, [ArraySpec(sp.f32, 1), ArraySpec(sp.f32, 1)])
     with pytest.raises(OutOfBoundsError) as info:
         run_kernel(kernel, {(0, "primal"): np.ones(N, np.float32), (1, "primal"): np.zeros(N, np.float32)}, [])

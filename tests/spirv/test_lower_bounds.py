@@ -9,7 +9,7 @@ import pytest
 import spvad as sp
 from spvad import runtime
 from spvad.ir import nodes as N
-from spvad.ir.frontend import ArraySpec, build_kernel
+from spvad.frontend import ArraySpec, build_kernel
 from spvad.spirv import tools
 from spvad.spirv.lower import lower_task
 from spvad.spirv.lower_bounds import record_words

@@ -6,7 +6,7 @@ import pytest
 import spvad as sp
 from spvad.errors import CompileError
 from spvad.ir import nodes as N
-from spvad.ir.frontend import ArraySpec, build_kernel
+from spvad.frontend import ArraySpec, build_kernel
 from spvad.ir.interp import OutOfBoundsError, run_kernel
 from spvad.ir.simplify import simplify
 from spvad.ir.verify import verify

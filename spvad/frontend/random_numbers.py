@@ -17,8 +17,8 @@ carry no gradient: the numbers are constants for both autodiff modes.
 import math
 
 from .. import types as T
-from . import nodes as N
-from .ops import Op
+from ..ir import nodes as N
+from ..ir.ops import Op
 
 RANDOM_BUILTINS = ("random", "randn")
 RANDOM_KEY = "random.key"   # the hidden u32 scalar parameter: no Python parameter can have this name

@@ -4,10 +4,10 @@ the text itself is made on the host at sync (ir/print_format.py, launch/prints.p
 """
 import ast
 
-from . import nodes as N
-from .emit import PY_SCALARS
-from .frontend_values import FieldRef
-from .frontend_vectors import VecValue
+from ..ir import nodes as N
+from ..ir.emit import PY_SCALARS
+from .values import FieldRef
+from .vectors import VecValue
 
 KEYWORDS = ("sep", "end", "flush")
 

@@ -1,5 +1,5 @@
 """Vectors in kernels, scalarised by the frontend: a vector value is a tuple of scalar IR values (a matrix,
-MatValue, is one with a 2-D shape; its own operations live in frontend_matrices).
+MatValue, is one with a 2-D shape; its own operations live in matrices).
 
 Element-wise arithmetic and math, dot/cross/length/normalize, vector locals (one slot per component),
 vector returns of `@sp.func`s and ndarrays of vectors (a trailing storage axis) all become scalar IR, so
@@ -10,9 +10,9 @@ import functools
 import numpy as np
 
 from .. import types as T
-from . import nodes as N
-from .emit import PY_SCALARS
-from .ops import Op
+from ..ir import nodes as N
+from ..ir.emit import PY_SCALARS
+from ..ir.ops import Op
 
 COMPONENTS = {"x": 0, "y": 1, "z": 2, "w": 3}
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")

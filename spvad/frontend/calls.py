@@ -2,16 +2,16 @@
 import ast
 
 from .. import types as T
-from . import nodes as N
-from .emit import PY_SCALARS
-from .frontend_derivatives import DERIVATIVE_BUILTINS, Transform, derivative_call
-from .frontend_random import RANDOM_BUILTINS
-from .frontend_print import print_call
-from .frontend_values import Scope
-from .frontend_matrices import MATRIX_BUILTINS, is_type_method
-from .frontend_methods import BoundMethod, call_method
-from .frontend_vectors import VECTOR_BUILTINS, VecSlots, VecValue, shaped
-from .ops import BINARY_FLOAT, UNARY_FLOAT, Op
+from ..ir import nodes as N
+from ..ir.emit import PY_SCALARS
+from .derivatives import DERIVATIVE_BUILTINS, Transform, derivative_call
+from .random_numbers import RANDOM_BUILTINS
+from .printing import print_call
+from .values import Scope
+from .matrices import MATRIX_BUILTINS, is_type_method
+from .methods import BoundMethod, call_method
+from .vectors import VECTOR_BUILTINS, VecSlots, VecValue, shaped
+from ..ir.ops import BINARY_FLOAT, UNARY_FLOAT, Op
 from .source import FunctionSource
 
 # `sp.<op name>(...)`: the math ops are called by their Op value (ops.py), so a new op needs no row here
@@ -27,19 +27,19 @@ class CallsMixin:
 
     def visit_Call(self, node):
         fn = self.visit(node.func)
-        if fn is print:   # its string arguments are not values: frontend_print.py reads them
+        if fn is print:   # its string arguments are not values: printing.py reads them
             return print_call(self, node)
         kw = {k.arg: self.visit(k.value) for k in node.keywords}
-        if isinstance(fn, BoundMethod):   # v.dot(w), M.transpose(): frontend_methods.py
+        if isinstance(fn, BoundMethod):   # v.dot(w), M.transpose(): methods.py
             return call_method(self, fn, [self.visit(a) for a in node.args], kw)
         name = getattr(fn, "_spvad_builtin", None)
         if name in DERIVATIVE_BUILTINS or isinstance(fn, Transform) or hasattr(fn, "_spvad_transform"):
-            # sp.grad & co, or what they returned (in the kernel or at module level): frontend_derivatives.py
+            # sp.grad & co, or what they returned (in the kernel or at module level): derivatives.py
             return derivative_call(self, fn, node, kw)
         if name in ATOMICS:
             return self.atomic_call(ATOMICS[name], node)
         args = [self.visit(a) for a in node.args]
-        if name in RANDOM_BUILTINS:   # sp.random(dtype=...) / sp.randn(dtype=...): frontend_random.py
+        if name in RANDOM_BUILTINS:   # sp.random(dtype=...) / sp.randn(dtype=...): random_numbers.py
             return self.random_call(name, args, kw)
         if getattr(fn, "_spvad_func", False):
             value = self.inline(fn, self.func_arguments(fn, args, kw))
@@ -49,7 +49,7 @@ class CallsMixin:
         if isinstance(fn, T.DType):
             return self.cast_any(self.one_arg(args, fn.name), fn)
         if isinstance(fn, T.TENSOR_TYPES) or fn in T.TENSOR_TYPES or is_type_method(fn):
-            return self.tensor_call(fn, args, kw)   # sp.mat3(...), sp.Vector([...]): frontend_matrices.py
+            return self.tensor_call(fn, args, kw)   # sp.mat3(...), sp.Vector([...]): matrices.py
         if kw:
             self.error(f"keyword arguments are not supported when calling {getattr(fn, '__name__', fn)}")
         if name is not None:

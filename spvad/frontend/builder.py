@@ -6,20 +6,20 @@ single-thread tasks; pure top-level assignments (`n = x.shape[0]`) are re-evalua
 import ast
 
 from .. import types as T
-from . import nodes as N
-from .emit import PY_SCALARS, Emitter
-from .frontend_calls import CallsMixin
-from .frontend_derivatives import Transform
-from .frontend_exprs import ExprsMixin
-from .frontend_linalg import LinalgMixin
-from .frontend_local_arrays import LocalArraysMixin
-from .frontend_matrices import MatricesMixin
-from .frontend_random import RandomMixin, RandomState
-from .frontend_tasks import TasksMixin
-from .frontend_values import (ENDED, ArraySpec, FieldRef, Lazy, Scope, ShapeRef,  # noqa: F401
+from ..ir import nodes as N
+from ..ir.emit import PY_SCALARS, Emitter
+from .calls import CallsMixin
+from .derivatives import Transform
+from .exprs import ExprsMixin
+from .linalg import LinalgMixin
+from .local_arrays import LocalArraysMixin
+from .matrices import MatricesMixin
+from .random_numbers import RandomMixin, RandomState
+from .tasks import TasksMixin
+from .values import (ENDED, ArraySpec, FieldRef, Lazy, Scope, ShapeRef,  # noqa: F401
                               VectorArgSpec)
-from .frontend_vectors import MatValue, VecArg, VecSlots, VecValue, VectorsMixin
-from .ops import Op
+from .vectors import MatValue, VecArg, VecSlots, VecValue, VectorsMixin
+from ..ir.ops import Op
 from .source import FunctionSource
 
 class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin, MatricesMixin, LocalArraysMixin,
@@ -37,7 +37,7 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
         self.task = None
         self.slot_tasks = {}              # Alloca -> the task it is a local of (a dispatch sees only its own)
         self.inline_stack = []
-        self.random = RandomState()       # sp.random / sp.randn (frontend_random.py)
+        self.random = RandomState()       # sp.random / sp.randn (random_numbers.py)
 
     # ---- entry ----
     def build(self):

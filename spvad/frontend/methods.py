@@ -1,8 +1,8 @@
 """Taichi-style methods of vector and matrix values in kernels (`v.dot(w)`, `v.norm()`, `M.transpose()`,
 `M.determinant()`, ...): each is the sp.* builtin of the same meaning with the value as first argument."""
-from .ops import Op
+from ..ir.ops import Op
 
-# method -> the builtin it calls (see frontend_calls.builtin); None: composed below
+# method -> the builtin it calls (see calls.builtin); None: composed below
 METHODS = {"dot": "dot", "cross": "cross", "norm": "length", "normalized": "normalize",
            "outer_product": "outer", "transpose": "transpose", "determinant": "determinant",
            "inverse": "inverse", "trace": "trace", "norm_sqr": None, "sum": None, "max": None, "min": None}

@@ -7,10 +7,10 @@ component (jvp: one direction, the given tangent). The output components' Tangen
 slots read after the statement. autodiff/inline_derivatives.py expands it into plain IR before any other
 pass, so kernel-level autodiff of a kernel using these sees ordinary code (second derivatives).
 """
-from . import nodes as N
-from .emit import PY_SCALARS
-from .frontend_vectors import VecValue, shape_words, shaped
-from .ops import Op
+from ..ir import nodes as N
+from ..ir.emit import PY_SCALARS
+from .vectors import VecValue, shape_words, shaped
+from ..ir.ops import Op
 
 TRANSFORMS = ("grad", "value_and_grad", "jacobian", "hessian")
 DERIVATIVE_BUILTINS = TRANSFORMS + ("jvp", "vjp", "stop_gradient")
@@ -28,7 +28,7 @@ class Transform:
 
 
 def derivative_call(b, fn, node, kw):
-    """The frontend's hook (frontend_calls.visit_Call): a call of one of DERIVATIVE_BUILTINS, or of what
+    """The frontend's hook (calls.visit_Call): a call of one of DERIVATIVE_BUILTINS, or of what
     sp.grad & co returned. `b` is the kernel builder, `kw` the visited keyword arguments."""
     args = [b.visit(a) for a in node.args]
     made = getattr(fn, "_spvad_transform", None)   # sp.grad(f, argnums) called outside the kernel

@@ -1,4 +1,4 @@
-"""ir/source.py: a function's source as inspect would give it, cut by indentation (with inspect's tokenizer
+"""frontend/source.py: a function's source as inspect would give it, cut by indentation (with inspect's tokenizer
 as the fall-back where that cut does not parse): decorators, nested functions, signatures over several
 lines, strings and brackets reaching further left than the def."""
 import inspect
@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from spvad.ir.source import FunctionSource, _block_by_indentation
+from spvad.frontend.source import FunctionSource, _block_by_indentation
 
 CODE = '''
 import functools

@@ -3,11 +3,11 @@ through scopes and globals, array element access, operators, short-circuit logic
 import ast
 
 from .. import types as T
-from . import nodes as N
-from .emit import PY_SCALARS, py_dtype
-from .frontend_methods import METHODS, BoundMethod
-from .frontend_values import ENDED, FieldRef, Lazy, ShapeRef
-from .frontend_vectors import (MatValue, VecArg, VecSlots, VecValue, is_constant_matrix, is_constant_vector, shaped,
+from ..ir import nodes as N
+from ..ir.emit import PY_SCALARS, py_dtype
+from .methods import METHODS, BoundMethod
+from .values import ENDED, FieldRef, Lazy, ShapeRef
+from .vectors import (MatValue, VecArg, VecSlots, VecValue, is_constant_matrix, is_constant_vector, shaped,
                                shape_words)
 
 

@@ -1,12 +1,12 @@
 """Matrices in kernels, scalarised by the frontend: a matrix value is `rows * cols` scalar IR values
 (MatValue, row-major). Construction, element and row access, element-wise arithmetic, `@`, transpose,
 trace and outer products all become scalar IR; determinant, inverse, svd and polar decomposition live in
-frontend_linalg. The IR, the lowering and both autodiff modes never see a matrix.
+linalg. The IR, the lowering and both autodiff modes never see a matrix.
 """
 from .. import types as T
-from . import nodes as N
-from .emit import PY_SCALARS
-from .frontend_vectors import COMPARISONS, MatValue, VecValue, is_vector
+from ..ir import nodes as N
+from ..ir.emit import PY_SCALARS
+from .vectors import COMPARISONS, MatValue, VecValue, is_vector
 
 MATRIX_BUILTINS = ("transpose", "trace", "outer", "determinant", "inverse", "svd", "polar_decompose")
 TYPE_METHODS = ("zero", "identity")
@@ -122,7 +122,7 @@ class MatricesMixin:
 
     # ---- elements and rows ----
     def component(self, v, k):
-        """`v[k]`, `M[i]` (a row), `M[i, j]`; runtime indices become selects (frontend_local_arrays)."""
+        """`v[k]`, `M[i]` (a row), `M[i, j]`; runtime indices become selects (local_arrays)."""
         return self.read_element(v, k)
 
     def transposed(self, a):

@@ -11,9 +11,9 @@ constants only).
 import ast
 
 from .. import types as T
-from . import nodes as N
-from .emit import PY_SCALARS, py_dtype
-from .frontend_vectors import VecSlots, VecValue, is_vector, shaped
+from ..ir import nodes as N
+from ..ir.emit import PY_SCALARS, py_dtype
+from .vectors import VecSlots, VecValue, is_vector, shaped
 
 
 class LocalArraysMixin:

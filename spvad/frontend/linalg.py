@@ -13,9 +13,9 @@ polar_decompose(A) = (R, S), A = R @ S with R a rotation and S symmetric: 2x2 in
 3x3 as R = U V^T, S = V S V^T.
 """
 from .. import types as T
-from . import nodes as N
-from .frontend_vectors import MatValue
-from .ops import Op
+from ..ir import nodes as N
+from .vectors import MatValue
+from ..ir.ops import Op
 
 # 3x3 cyclic Jacobi converges quadratically: 4 sweeps left off-diagonals below 2e-16 relative on 2,000 random
 # matrices in float64 (3 sweeps: 2e-6); one more lets the derivatives converge too

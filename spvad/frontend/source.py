@@ -5,7 +5,7 @@ import linecache
 import textwrap
 
 from ..errors import CompileError
-from .nodes import Loc
+from ..ir.nodes import Loc
 
 _MISSING = object()
 _parsed = {}   # code object -> (AST, file name, first line, lines)

@@ -5,11 +5,11 @@ import ast
 
 from .. import types as T
 from ..errors import ThreadCountError
-from . import nodes as N
-from .emit import PY_SCALARS
-from .frontend_values import ENDED
-from .frontend_vectors import VecValue
-from .ops import Op
+from ..ir import nodes as N
+from ..ir.emit import PY_SCALARS
+from .values import ENDED
+from .vectors import VecValue
+from ..ir.ops import Op
 
 MAX_THREADS = 2**31 - 1   # thread indices are 32-bit
 
