@@ -357,7 +357,7 @@ def _check(ck, kobj, rt):
     for ct in ck.tasks:
         if type(ct) is not CompiledTask:
             raise cache_format.BadData("not a compiled task")
-        modules = [ct.lowered, *ct.variants.values()] + ([ct.depth_probe] if ct.depth_probe is not None else [])
+        modules = [ct.lowered, *ct.variants.values()] + [m for m in (ct.depth_probe, ct.thread_count) if m is not None]
         modules += [low.tail for low in modules if type(low) is LoweredTask and low.tail is not None]
         for low in modules:
             if type(low) is not LoweredTask or type(low.spirv) is not bytes or len(low.spirv) % 4 or \

@@ -19,11 +19,12 @@ from .autodiff.loop_exits import eliminate_loop_exits
 from .autodiff.reverse import reverse_task
 from .autodiff.store_or_recompute import store_or_recompute
 from .autodiff.validation import instrument
-from .errors import SpvadError
+from .errors import CompileError, SpvadError
 from .ir import nodes as N
 from .ir import simplify, verify
 from .frontend import build_kernel
 from .ir.interp import eval_num_threads
+from .ir.thread_count import build_count_kernel, counts_on_device, header_loads
 from .ir.licm import hoist_loop_invariants
 from .ir.locals import forward_locals
 from .ir.slot_arrays import expand_slot_arrays, expand_small_slot_arrays
@@ -79,6 +80,8 @@ class CompiledTask:
     stack_sizes: object = None   # autodiff.adstack.StackSizer of a gradient task with adstacks
     depth_probe: object = None   # lowered counting task measuring data-dependent loop depths, or None
     depth_words: int = 0         # counters the depth probe writes
+    thread_count: object = None  # a count read from arrays: the lowered task computing its dispatch's
+                                 # groups on the device (ir/thread_count.py), else None
     variants: dict = field(default_factory=dict)   # homes tuple -> LoweredTask
 
     def __post_init__(self):
@@ -86,7 +89,9 @@ class CompiledTask:
         self.stack_shapes = stack_shapes(self.task) if self.lowered.adstacks else []
 
     def num_threads(self, scalars, shapes):
-        """Threads of a launch: the task header evaluated on the host, memoised per scalars and shapes."""
+        """Threads of a launch: the task header evaluated on the host, memoised per scalars and shapes (a
+        count read from arrays: launch.device_count)."""
+        assert self.thread_count is None, "a thread count read from arrays is known on the device only"
         cache = self.__dict__.setdefault("_threads", {})
         # only the scalars the header reads: a random key differs every launch (frontend/random_numbers.py)
         key = (tuple(scalars[i] for i in self.header_scalars), tuple(shapes))
@@ -130,6 +135,7 @@ def compile_kernel(fn, specs, mode, target, ad_stack_size=None, name=None):
     """Compile `fn` for argument `specs` (frontend ArraySpec / VectorArgSpec / DType per parameter)."""
     name = name or fn.__name__
     primal, bindings, captured = build_kernel(fn, specs)
+    refuse_rewritten_counts(primal)
     ir, check_plan = run_passes(primal, mode, ad_stack_size, target.validate, target.skip)
     tasks = [compile_task(ir, task, target, name) for task in ir.tasks]
     probes = [(t.task.source, t.task.depth_probe[0]) for t in tasks if t.depth_probe is not None]
@@ -258,4 +264,26 @@ def compile_task(ir, task, target, kernel_name):
     if task.depth_probe is not None:
         count_kernel, ct.depth_words = task.depth_probe
         ct.depth_probe = Lowering(count_kernel, count_kernel.tasks[0], target, kernel_name)()
+    if counts_on_device(task):   # every stack-home variant has the same width and elements per thread
+        count_kernel = simplify.simplify(build_count_kernel(ir, task, low.local_size, low.per_thread))
+        if target.validate:
+            verify.verify(count_kernel)
+        # it checks its loads itself, always (so it needs no flag buffer)
+        ct.thread_count = Lowering(count_kernel, count_kernel.tasks[0], replace(target, bounds_check=False),
+                                   kernel_name)()
     return ct
+
+
+def refuse_rewritten_counts(kernel):
+    """A parallel loop whose bounds read an array element it also writes: Python evaluates range() once,
+    before the loop, but the loop's threads read the bounds while others write them."""
+    for task in kernel.tasks:
+        loads = header_loads(task)
+        written = {s.array.index for s in N.walk(task.body) if type(s).WRITES_ARRAY and s.field == "primal"}
+        for load in loads:
+            if load.array.index in written:
+                loc = load.loc
+                raise CompileError(
+                    f"this parallel loop's bounds read '{load.array.name}', which the loop writes: its threads "
+                    "would read the bounds while others change them; copy the bound to another array (or a "
+                    "scalar argument) before the loop", loc and loc.filename, loc and loc.lineno, loc and loc.source)

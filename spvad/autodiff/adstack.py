@@ -9,6 +9,7 @@ interval, thread indices over [0, num_threads), a local slot written once (outsi
 from .. import types as T
 from ..ir import nodes as N
 from ..ir.ops import Op
+from ..ir.thread_count import counts_on_device
 
 
 
@@ -41,6 +42,9 @@ class StackSizer:
 
     def __init__(self, task, ad_stack_size=None):
         self.fixed = ad_stack_size
+        # a thread count read from arrays is not known at launch: loops bounded by the thread index are
+        # measured by the depth probe, as data-dependent ones are
+        self.threads_known = not counts_on_device(task)
         self.single_store = {}
         stores = {}
         loops_of = {}
@@ -132,6 +136,8 @@ class StackSizer:
     def _interval(self, s, env, memo):
         if isinstance(s, N.Const) and s.dtype.is_int:
             return (int(s.value), int(s.value))
+        if isinstance(s, N.ThreadIndex) and not self.threads_known:
+            raise Unbounded()
         if isinstance(s, (N.ScalarArg, N.ArrayShape, N.ThreadIndex)):
             if env is None:
                 raise NeedsLaunchValues()

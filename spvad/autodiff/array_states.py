@@ -176,7 +176,9 @@ def gradient_reads(primal, grad_kernel, probes=()):
     writers_of = task_writes(primal)
     phases_of = [load_phases(t) for t in primal.tasks]
     needs, middle = {}, set()
-    reads = [(t.source, t.body) for t in grad_kernel.tasks] + [(src, t.body) for src, k in probes for t in k.tasks]
+    # headers too: a thread count read from arrays (ir/thread_count.py), read before the task's own writes
+    reads = [(t.source, b) for t in grad_kernel.tasks for b in (t.header, t.body)] + \
+        [(src, b) for src, k in probes for t in k.tasks for b in (t.header, t.body)]
     for source, body in reads:
         for s in N.walk(body):
             a = s.array.index if isinstance(s, N.GlobalLoad) and s.field in PRIMAL_READ_FIELDS else num_user

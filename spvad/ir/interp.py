@@ -232,12 +232,15 @@ def eval_op(op, dtype, args):
 
 
 # ---- headers ------------------------------------------------------------------------------------------
-def _eval_header(task, scalars, shapes):
+def _eval_header(task, scalars, shapes, buffers=None):
     env = {}
     for s in task.header.stmts:
-        if not type(s).HEADER_OK:
-            raise InterpError(f"task {task.name}: {type(s).__name__} is not allowed in a task header")
-        if isinstance(s, N.Const):
+        if isinstance(s, N.GlobalLoad) and buffers is not None:   # a count read from arrays (ir/thread_count.py)
+            env[s] = _header_load(task, s, buffers, [env[i] for i in s.indices])
+        elif not type(s).HEADER_OK:
+            raise InterpError(f"task {task.name}: {type(s).__name__} is not allowed in a task header evaluated "
+                              "without the arrays")
+        elif isinstance(s, N.Const):
             env[s] = to_scalar(s.value, s.dtype)
         elif isinstance(s, N.ScalarArg):
             env[s] = to_scalar(scalars[s.param.index], s.dtype)
@@ -268,9 +271,19 @@ def _header_op(task, s, args):
     return s.dtype.np.type(value)
 
 
-def eval_num_threads(task, scalars, shapes):
-    """Number of threads of `task`: a straight-line evaluation of its header (shapes: one tuple per array)."""
-    return int(_eval_header(task, scalars, shapes)[task.num_threads])
+def _header_load(task, s, buffers, index):
+    buf = buffers[(s.array.index, s.field)]
+    index = tuple(int(i) for i in index)
+    if len(index) != buf.ndim or any(not 0 <= i < n for i, n in zip(index, buf.shape)):
+        raise OutOfBoundsError(f"task {task.name}: out-of-bounds load in its thread count: "
+                               + out_of_bounds_message(s.array.name, s.field, index, buf.shape, s.loc))
+    return to_scalar(buf[index], s.dtype)
+
+
+def eval_num_threads(task, scalars, shapes, buffers=None):
+    """Number of threads of `task`: a straight-line evaluation of its header (shapes: one tuple per array;
+    `buffers` as run_kernel's, for a count read from arrays)."""
+    return int(_eval_header(task, scalars, shapes, buffers)[task.num_threads])
 
 
 # ---- bodies -------------------------------------------------------------------------------------------
@@ -479,5 +492,5 @@ def run_task(kernel, task, buffers, scalars, shapes, flags=None, capacities=None
     the adstacks sized at launch; `prints`: the u32 print buffer its Print statements append to, or None."""
     run = _TaskRun(kernel, task, buffers, scalars, flags, capacities or {}, shapes, prints)
     # Header values do not dominate the body (the body recomputes what it needs).
-    for tid in range(eval_num_threads(task, scalars, shapes)):
+    for tid in range(eval_num_threads(task, scalars, shapes, buffers)):
         _Thread(run, tid).block(task.body)

@@ -432,8 +432,9 @@ class Tangent(Stmt):
 # ---- kernels ------------------------------------------------------------------------------------------
 @dataclass(eq=False)
 class Task:
-    """One dispatch. `header` computes `num_threads` from scalars and shapes only (the host evaluates it
-    too, to size the launch); `body` runs once per thread, `ThreadIndex` giving the thread's index."""
+    """One dispatch. `header` computes `num_threads` from scalars and shapes (the host evaluates it too, to
+    size the launch), or of a parallel task also from array contents (then only the device can: see
+    ir/thread_count.py); `body` runs once per thread, `ThreadIndex` giving the thread's index."""
     name: str
     kind: str                 # "parallel" or "serial"
     header: Block

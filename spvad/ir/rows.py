@@ -30,7 +30,7 @@ def accessed_rows(kernel, writes):
     `writes`, else loads and atomics), or None where some access's row is not a row expression."""
     found = {}
     for task in kernel.tasks:
-        for s in N.walk(task.body):
+        for s in [*N.walk(task.header), *N.walk(task.body)]:   # a header may read arrays (its thread count)
             kind = type(s)   # reads: loads and atomics (an atomic gives the old value)
             if not kind.ACCESSES_ARRAY or not (kind.WRITES_ARRAY if writes else kind.READS_MEMORY):
                 continue

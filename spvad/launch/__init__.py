@@ -1,8 +1,9 @@
 """The launch side: a compiled kernel's tasks queued on the runtime's device, with their pipelines, flag
-buffers, adstack homes and depth probes (device_task.py), replays of recorded launches (replay.py) and
-the array versions a Tape follows (versions.py)."""
+buffers, adstack homes and depth probes (device_task.py), thread counts read from arrays (device_count.py),
+replays of recorded launches (replay.py) and the array versions a Tape follows (versions.py)."""
 from .. import runtime
 from ..spirv.lower import LOCAL_SIZE_SPEC_ID
+from ..spirv.lower_adstack import BUFFER
 from .device_task import task_on_device
 from .dispatch import PushPacker, dispatch
 from .prints import print_buffer
@@ -29,11 +30,14 @@ def launch(ck, arrays, scalars, extra=(), views=None):
     shapes = [a.storage_shape for a in arrays]   # vector ndarrays add a trailing axis
     records = []
     for ct in ck.tasks:
-        n = ct.num_threads(scalars, shapes)
         on_device = task_on_device(rt, ct)
-        if n <= 0:
+        # the thread count, or None when only the device knows it (read from arrays: device_count.py)
+        n = ct.num_threads(scalars, shapes) if on_device.count is None else None
+        if n is None and count_on_host(ct, on_device, scalars, shapes):
+            n = on_device.count.on_host(arrays, shapes, scalars)
+        if n is not None and n <= 0:
             if records is not None:   # a replay must know this task ran no thread
-                records.append(Record(None, on_device, None, None, n, shapes))
+                records.append(Record(None, None, on_device, None, None, n, shapes))
             continue
         spec = ct.spec_constants(scalars, shapes, n)
         if ct.depth_probe is not None:
@@ -49,19 +53,30 @@ def launch(ck, arrays, scalars, extra=(), views=None):
         if low.print_binding is not None:
             extra_buffers.append(print_buffer(rt, low))
         local = low.local_size
-        if LOCAL_SIZE_SPEC_ID in low.spec_ids and n <= SMALL_LAUNCH:
+        if LOCAL_SIZE_SPEC_ID in low.spec_ids and n is not None and n <= SMALL_LAUNCH:
             # a narrow group for a small launch (lavapipe runs every lane of a group); one narrow width
             # only, so a kernel compiles at most two pipelines
             local = min(local, NARROW_GROUP)
             spec = {**(spec or {}), LOCAL_SIZE_SPEC_ID: local}
+        if n is None:   # the counting launch first: the dispatches below read the groups it writes
+            call, recorded, push = on_device.count.launch(arrays, scalars, shapes)
+            if records is not None:
+                records.append(Record(call, recorded, on_device, spec, push, None, shapes))
         for part in (low, low.tail):   # a coarsened task's last n % 4 elements are a second dispatch
-            if part is None or (part is low.tail and not part.threads(n)):
+            if part is None or (part is low.tail and n is not None and not part.threads(n)):
                 continue
             push = PushPacker(part, shapes)
-            recorded = dispatch(rt, part, on_device.pipeline(spec, part), arrays, scalars, shapes, n,
-                                extra_buffers, local, push)
+            threads = on_device.count.groups(part) if n is None else n
+            call, recorded = dispatch(rt, part, on_device.pipeline(spec, part), arrays, scalars, shapes, threads,
+                                      extra_buffers, local, push)
             on_device.after_launch(spec)
             if records is not None:
-                records.append(Record(recorded, on_device, spec, push, n, shapes))
+                records.append(Record(call, recorded, on_device, spec, push, n, shapes))
     bump_versions(ck.facts.writes, arrays)
     return records
+
+
+def count_on_host(ct, on_device, scalars, shapes):
+    """Whether a launch of `ct`, whose thread count is read from arrays, needs that count on the host: to run
+    the depth probe over it, or to size its adstacks' storage buffer (a slice per thread)."""
+    return ct.depth_probe is not None or BUFFER in on_device.homes(ct.spec_constants(scalars, shapes, None))

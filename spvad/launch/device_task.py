@@ -7,7 +7,8 @@ import numpy as np
 from ..autodiff.adstack import round_up_pow2
 from ..errors import DeviceError, SpvadError
 from ..spirv.lower_adstack import HOMES, choose_homes, function_budget_words
-from .dispatch import dispatch
+from .device_count import DeviceCount
+from .dispatch import BufferArg, dispatch
 from .flags import overflow_error, read_flags
 
 HOME_ENV = "SPVAD_ADSTACK_HOME"   # function | buffer | auto (default): where adstacks live, read at launch
@@ -31,12 +32,14 @@ class DeviceTask:
         self.heap = None       # the buffer-home stacks' storage buffer (grown, never shrunk)
         self.probe = None      # (depth probe pipeline, its counters buffer)
         self.last_spec = None  # specialisation of the last launch: the capacities an overflow message names
+        # a thread count read from arrays: its counting launch (device_count.py)
+        self.count = DeviceCount(rt, ct) if ct.thread_count is not None else None
 
     def release(self):
         """Give back everything (the device defers destruction while recorded launches may use it)."""
         for ref in self.pipelines.values():
             ref.release()
-        for obj in (self.flags, self.heap) + (self.probe or ()):
+        for obj in (self.flags, self.heap, self.count) + (self.probe or ()):
             if obj is not None:
                 obj.release()
         self.pipelines, self.flags, self.heap, self.probe = {}, None, None, None
@@ -89,7 +92,7 @@ class DeviceTask:
         view = counts.view(np.int32)[: ct.depth_words]
         view[:] = 0
         flags = [rt.device.create_buffer(4 * low.flag_words)] if low.flag_binding is not None else []
-        dispatch(rt, low, pipe, arrays + [_Counters(counts)], scalars, shapes + [(ct.depth_words,)], n, flags)
+        dispatch(rt, low, pipe, arrays + [BufferArg(counts)], scalars, shapes + [(ct.depth_words,)], n, flags)
         rt.sync()
         error = None
         for b in flags:   # its loops and (debug) accesses are checked like any kernel's
@@ -105,7 +108,7 @@ class DeviceTask:
     def after_launch(self, spec):
         if self.ct.lowered.print_binding is not None:   # its lines are printed at the next sync
             self.rt.prints.after_launch()
-        if self.ct.lowered.flag_binding is None:
+        if self.ct.lowered.flag_binding is None and self.count is None:
             return
         self.last_spec = spec
         rt = self.rt
@@ -114,22 +117,19 @@ class DeviceTask:
             rt.pending_checks.append(self.check_flags)
 
     def check_flags(self):
-        """At sync: the error the launches since the last sync flagged, the words cleared for the next ones."""
+        """At sync: the error the launches since the last sync flagged, the words cleared for the next ones.
+        A count that failed comes first (its launch ran no thread)."""
         self.rt.pending_checks_owners.discard(self)
         low = self.ct.lowered
+        failed = self.count.error() if self.count is not None else None
+        if low.flag_binding is None:
+            return failed
         words = self.flag_buffer().view(np.uint32)[: low.flag_words]
         error = read_flags(f"{self.ct.kernel_name} ({self.ct.task.name})", self.ct.kernel_name, self.rt, low,
                            words, overflow=lambda: overflow_error(self.ct.kernel_name, low.adstacks, words,
                                                                    self.capacity))
         words[:] = 0
-        return error
+        return failed or error
 
     def capacity(self, stack):
         return (self.last_spec or {}).get(stack.capacity_spec_id, stack.capacity)
-
-
-class _Counters:
-    """The depth probe's output buffer, bound like an ndarray."""
-
-    def __init__(self, buffer):
-        self.buffer = buffer

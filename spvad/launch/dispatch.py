@@ -4,15 +4,26 @@ import struct
 
 def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=(), local=None, push=None):
     """Record one dispatch of a lowered task over `n` threads (launches past the device's group-count
-    limit fold into 2-D); returns the device.launch arguments. `push`: the PushPacker of the dispatch, when
-    the caller keeps it (a replay repacks its scalars)."""
+    limit fold into 2-D), or, `n` a (buffer, byte offset) pair, over the group counts the device wrote there
+    (a count read from arrays: device_count.py). Returns (device method, its arguments) for a replay.
+    `push`: the PushPacker of the dispatch, when the caller keeps it (a replay repacks its scalars)."""
     buffers = [_buffer(arrays[ai], field) for ai, field in low.bindings] + list(extra_buffers)
-    groups = -(-low.threads(n) // (local or low.local_size))
-    gx = min(groups, rt.device.info["limits"]["max_workgroup_count"][0])
     push = push or PushPacker(low, shapes)
-    recorded = (pipeline, buffers, push(scalars), (gx, -(-groups // gx), 1))
-    rt.device.launch(*recorded)
-    return recorded
+    if type(n) is tuple:
+        call, recorded = rt.device.launch_indirect, (pipeline, buffers, push(scalars), *n)
+    else:
+        groups = -(-low.threads(n) // (local or low.local_size))
+        gx = min(groups, rt.device.info["limits"]["max_workgroup_count"][0])
+        call, recorded = rt.device.launch, (pipeline, buffers, push(scalars), (gx, -(-groups // gx), 1))
+    call(*recorded)
+    return call, recorded
+
+
+class BufferArg:
+    """A device buffer bound like an ndarray: a counting kernel's output (depth probe, thread count)."""
+
+    def __init__(self, buffer):
+        self.buffer = buffer
 
 
 class PushPacker:

@@ -61,13 +61,12 @@ class Replay:
     def run(self, args, scalars):
         """Launch again: the recorded dispatches as they are, or with push constants packed for new scalars."""
         if scalars is self.scalars:
-            device_launch = self.rt.device.launch
             for r in self.records:
                 if r.recorded is not None:
-                    device_launch(*r.recorded)
+                    r.call(*r.recorded)
                     r.on_device.after_launch(r.spec)
         else:
-            relaunch(self.rt, self.records, scalars)
+            relaunch(self.records, scalars)
         for k, field in self.written_args:
             companion(args[k], field).version += 1
         for a in self.written_captured:
@@ -92,7 +91,7 @@ class BoundReplay:
                 for r, g, a in zip(self.arrays, self.grads, arrays)) or \
                 _scalar_dtypes(specs) != self.dtypes or not same_threads(self.records, scalars):
             return False
-        relaunch(self.rt, self.records, scalars)
+        relaunch(self.records, scalars)
         bump_versions(self.ck.facts.writes, arrays + [obj for _, obj in self.ck.captured])
         return True
 
@@ -105,14 +104,16 @@ def _scalar_dtypes(specs):
 
 
 class Record:
-    """One task's part of a recorded launch: the device.launch arguments (None when it ran no thread), its
-    task on the device, spec constants, push-constant packer, thread count and array shapes."""
-    __slots__ = ("recorded", "on_device", "spec", "push", "n", "shapes", "threads_fixed")
+    """One dispatch of a recorded launch: the device method and its arguments (None when the task ran no
+    thread), its task on the device, spec constants, push-constant packer, thread count (None: counted on
+    the device) and array shapes."""
+    __slots__ = ("call", "recorded", "on_device", "spec", "push", "n", "shapes", "threads_fixed")
 
-    def __init__(self, recorded, on_device, spec, push, n, shapes):
-        self.recorded, self.on_device, self.spec, self.push, self.n, self.shapes = \
-            recorded, on_device, spec, push, n, shapes
-        self.threads_fixed = not on_device.ct.header_scalars   # the thread count reads no scalar
+    def __init__(self, call, recorded, on_device, spec, push, n, shapes):
+        self.call, self.recorded, self.on_device, self.spec, self.push, self.n, self.shapes = \
+            call, recorded, on_device, spec, push, n, shapes
+        # the thread count reads no scalar, or the device computes it again at each launch
+        self.threads_fixed = n is None or not on_device.ct.header_scalars
 
 
 def same_threads(records, scalars):
@@ -120,12 +121,11 @@ def same_threads(records, scalars):
     return all(r.threads_fixed or r.on_device.ct.num_threads(scalars, r.shapes) == r.n for r in records)
 
 
-def relaunch(rt, records, scalars):
+def relaunch(records, scalars):
     """Launch recorded dispatches again with new scalar values (same thread counts: see same_threads)."""
-    device_launch = rt.device.launch
     for r in records:
         if r.recorded is None:
             continue
-        pipeline, buffers, _, groups = r.recorded
-        device_launch(pipeline, buffers, r.push(scalars), groups)
+        pipeline, buffers, _, *groups = r.recorded   # groups: (x, y, z), or an indirect (buffer, offset)
+        r.call(pipeline, buffers, r.push(scalars), *groups)
         r.on_device.after_launch(r.spec)

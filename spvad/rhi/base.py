@@ -106,6 +106,13 @@ class Device(ABC):
         bindings 0..n-1 and ``push_constants`` bytes. Asynchronous: runs at the next ``sync``.
         Raises DeviceError if a group count exceeds the device limit (fold into 2-D first)."""
 
+    def launch_indirect(self, pipeline, buffers, push_constants, args, offset):
+        """Record one dispatch like ``launch`` whose group counts (x, y, z: three u32) are read from buffer
+        ``args`` at byte ``offset`` when it runs, after the writes of the launches recorded before it (a
+        count only the device knows: ir/thread_count.py). A count of zero runs nothing. Asynchronous."""
+        raise DeviceError(f"kernel '{pipeline.name}': the {self.info['backend']} backend has no indirect "
+                          "dispatch, which a parallel loop whose bounds are read from arrays needs")
+
     @abstractmethod
     def copy_buffer(self, src, dst, nbytes):
         """Record a copy of the first ``nbytes`` bytes (a multiple of 4) of ``src`` into ``dst``, ordered

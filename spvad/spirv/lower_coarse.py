@@ -29,6 +29,8 @@ def coarsenable(task, bounds_check):
     accesses = [s for s in body if type(s).ACCESSES_ARRAY]
     if len(tids) != 1 or not accesses:
         return False
+    if any(s.array.dtype.nbytes != 4 for s in task.header.stmts if type(s).ACCESSES_ARRAY):
+        return False   # a count read from arrays addresses a component of their vec4 views
     tid = tids[0]
     for s in accesses:
         if s.array.ndim != 1 or s.indices != (tid,) or s.field == "final" or s.array.dtype.nbytes != 4 \

@@ -148,10 +148,16 @@ def _thread_index_in_header(kb):
     kb.body(kb.const(1))
 
 
-def _header_with_load(kb):
+def _header_with_load(kb):   # a parallel task's header may read arrays' contents (ir/thread_count.py)
     y = kb.array("y", T.i32)
-    kb.begin_task()
+    kb.begin_task("serial")
     kb.body(kb.load(y, kb.const(0)))
+
+
+def _header_with_grad_load(kb):
+    y = kb.array("y", T.i32, needs_grad=True)
+    kb.begin_task()
+    kb.body(kb.load(y, kb.const(0), field="grad"))
 
 
 def _num_threads_in_body(kb):
@@ -264,6 +270,7 @@ ROWS = [
     (_thread_index_in_serial, "ThreadIndex is only allowed"),
     (_thread_index_in_header, "ThreadIndex is not allowed in a task header"),
     (_header_with_load, "GlobalLoad is not allowed in a task header"),
+    (_header_with_grad_load, "GlobalLoad is not allowed in a task header"),
     (_num_threads_in_body, "num_threads is not defined in the task header"),
     (_num_threads_not_i32, "num_threads must be i32"),
     (_stack_op_on_non_stack, "not an AdStackAlloca"),

@@ -141,3 +141,46 @@ def test_an_out_of_bounds_access_is_a_device_error_naming_it(interp):
     y.fill(2.0)
     assert y.to_numpy().tolist() == [2.0] * 4
     assert runtime.get().device.info["backend"] == "interp"
+
+
+def ones_up_to(n: sp.Array, y: sp.Array):
+    for i in range(n[None]):
+        y[i] = 1.0
+
+
+def test_an_indirect_launch_reads_its_groups_when_it_runs():
+    """As on a GPU: the groups are read at sync, after the launches before it; none: nothing runs; else the
+    task runs over the count its header reads from the arrays."""
+    from spvad import types as T
+    from spvad.frontend import ArraySpec, build_kernel
+    from spvad.rhi.interp.program import lower_for_interp
+    kernel = build_kernel(ones_up_to, [ArraySpec(T.i32, 0), ArraySpec(T.f32, 1)])[0]
+    prog = lower_for_interp(kernel, kernel.tasks[0])
+    assert prog.bindings == [(0, "primal"), (1, "primal")]   # the header's array is bound too
+    dev = InterpDevice()
+    pipe = dev.create_pipeline(prog, name="ones", num_buffers=2, push_constant_size=prog.push_size)
+    n, y, groups = dev.create_buffer(4), dev.create_buffer(32), dev.create_buffer(12)
+    n.view(np.int32)[0] = 5
+    push = np.array([8], np.int32).tobytes()   # y's extent
+    groups.view(np.uint32)[:] = [1, 1, 1]
+    dev.launch_indirect(pipe, [n, y], push, groups, 0)
+    groups.view(np.uint32)[0] = 0              # before the sync: the launch runs no thread
+    dev.sync()
+    assert not y.view(np.float32).any()
+    groups.view(np.uint32)[0] = 1
+    dev.launch_indirect(pipe, [n, y], push, groups, 0)
+    dev.sync()
+    assert y.view(np.float32).tolist() == [1] * 5 + [0] * 3
+    with pytest.raises(sp.DeviceError, match="indirect arguments at byte 4"):
+        dev.launch_indirect(pipe, [n, y], push, groups, 4)
+
+
+def test_a_backend_without_indirect_dispatch_says_so():
+    from spvad.rhi.base import Device
+
+    class Minimal(InterpDevice):
+        launch_indirect = Device.launch_indirect
+    dev = Minimal()
+    pipe = dev.create_pipeline(None, name="k", num_buffers=0, push_constant_size=0)
+    with pytest.raises(sp.DeviceError, match="interp backend has no indirect dispatch"):
+        dev.launch_indirect(pipe, [], b"", dev.create_buffer(12), 0)

@@ -422,3 +422,27 @@ def test_transfer_with_released_buffer_is_refused(dev):
     buf.release()
     with pytest.raises(DeviceError, match="released"):
         dev.fill_buffer(buf, 0, 4, 0)
+
+
+def test_indirect_dispatch_reads_the_groups_written_before_it(dev):
+    """launch_indirect takes its groups from a buffer when it runs: written by the host before the launch,
+    by a fill queued before it, or left at zero groups (nothing runs); the push constants bound n = 1000."""
+    n = 1000
+    a, b = np.arange(n, dtype=np.float32), np.full(n, 0.5, np.float32)
+    A, B, C = upload(dev, a), upload(dev, b), dev.create_buffer(4 * n)
+    args = upload(dev, np.array([0, 1, 1, 3, 1, 1], np.uint32))
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    pc = struct.pack("<I", n)
+    dev.launch_indirect(pipe, [A, B, C], pc, args, 0)        # (0, 1, 1): no group
+    dev.sync()
+    assert not C.view(np.float32).any()
+    dev.launch_indirect(pipe, [A, B, C], pc, args, 12)       # (3, 1, 1): 3 groups of 64
+    dev.sync()
+    np.testing.assert_array_equal(C.view(np.float32)[:192], a[:192] + 0.5)
+    assert not C.view(np.float32)[192:].any()
+    dev.fill_buffer(args, 0, 4, 5)                           # a transfer writes the groups: (5, 1, 1)
+    dev.launch_indirect(pipe, [B, A, C], pc, args, 0)
+    dev.sync()
+    np.testing.assert_array_equal(C.view(np.float32)[:320], a[:320] + 0.5)
+    with pytest.raises(DeviceError, match="indirect arguments at byte 16"):
+        dev.launch_indirect(pipe, [A, B, C], pc, args, 16)   # past the end of the buffer

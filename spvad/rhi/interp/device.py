@@ -82,6 +82,15 @@ class InterpDevice(Device):
         memory = [b._data for b in buffers]
         self._queue.append(lambda: _run(pipeline, memory, push_constants))
 
+    def launch_indirect(self, pipeline, buffers, push_constants, args, offset):
+        """See base.Device.launch_indirect: no thread runs when the words at `offset` count no group; else the
+        task runs over the count its header gives (the interpreter evaluates it itself, from the arrays)."""
+        if offset % 4 or offset + 12 > args.nbytes or args.released:
+            raise DeviceError(f"{pipeline.name}: indirect arguments at byte {offset} of {args!r}")
+        self.launch(pipeline, buffers, push_constants, (1, 1, 1))
+        run, groups = self._queue.pop(), args._data[offset: offset + 12].view(np.uint32)
+        self._queue.append(lambda: run() if groups.all() else None)
+
     def copy_buffer(self, src, dst, nbytes):
         check_transfer(nbytes, 0, src, dst)
         s, d = src._data, dst._data

@@ -52,7 +52,7 @@ class InterpTask:
 
 def lower_for_interp(kernel, task, *, local_size=1, homes=None):
     bindings = []
-    for s in N.walk(task.body):
+    for s in list(N.walk(task.header)) + list(N.walk(task.body)):   # a header may read arrays (its count)
         if type(s).ACCESSES_ARRAY and (s.array.index, s.field) not in bindings:
             bindings.append((s.array.index, s.field))
     shaped = sorted({ai for ai, _ in bindings} | {s.array.index for b in (task.header, task.body)

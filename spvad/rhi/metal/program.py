@@ -133,6 +133,29 @@ class ProgramMixin:
         limit = self.info["limits"]["max_workgroup_count"]
         if any(not 0 <= g <= m for g, m in zip(groups, limit)):
             raise DeviceError(f"kernel '{pipeline.name}': groups {tuple(groups)} exceed {limit} (fold into 2-D)")
+        push = self._checked_push(pipeline, buffers, push_constants)
+        if 0 in groups:
+            return
+        enc = self._bind(pipeline, buffers, push)
+        enc.dispatchThreadgroups_threadsPerThreadgroup_(self._mtl.MTLSizeMake(*groups),
+                                                        self._mtl.MTLSizeMake(*pipeline.threads))
+        self._recorded += 1
+
+    def launch_indirect(self, pipeline, buffers, push_constants, args, offset):
+        """See base.Device.launch_indirect: dispatchThreadgroupsWithIndirectBuffer reads the three counts (an
+        MTLDispatchThreadgroupsIndirectArguments) when the dispatch runs; the serial encoder orders it after
+        the dispatch that wrote them."""
+        self._check_open()
+        if offset % 4 or offset + 12 > args.nbytes or getattr(args, "_device", None) is not self or \
+                args._mtl is None:
+            raise DeviceError(f"kernel '{pipeline.name}': indirect arguments at byte {offset} of {args!r}")
+        enc = self._bind(pipeline, buffers, self._checked_push(pipeline, buffers, push_constants))
+        enc.dispatchThreadgroupsWithIndirectBuffer_indirectBufferOffset_threadsPerThreadgroup_(
+            args._mtl, offset, self._mtl.MTLSizeMake(*pipeline.threads))
+        self._recorded += 1
+
+    def _checked_push(self, pipeline, buffers, push_constants):
+        """The push-constant bytes of a dispatch, after checking the pipeline and the buffer count."""
         if pipeline._state is None:
             raise DeviceError(f"kernel '{pipeline.name}': pipeline released or its device closed")
         if len(buffers) != pipeline.num_buffers:
@@ -141,9 +164,10 @@ class ProgramMixin:
         if len(push) > pipeline.push_constant_size or (push and pipeline.program.push_index is None):
             raise DeviceError(f"kernel '{pipeline.name}': {len(push)} bytes of push constants for a pipeline "
                               f"declared with {pipeline.push_constant_size}")
-        if 0 in groups:
-            return
-        Metal = self._mtl
+        return push
+
+    def _bind(self, pipeline, buffers, push):
+        """The open compute encoder with the pipeline, `buffers` and the push constants set."""
         enc = self._encoder()
         enc.setComputePipelineState_(pipeline._state)
         for index, buf in enumerate(buffers):   # binding k -> [[buffer(k)]] (translate.py checks it)
@@ -153,6 +177,4 @@ class ProgramMixin:
         if pipeline.program.push_index is not None:
             push += bytes(pipeline.push_constant_size - len(push))
             enc.setBytes_length_atIndex_(push, len(push), pipeline.program.push_index)
-        enc.dispatchThreadgroups_threadsPerThreadgroup_(Metal.MTLSizeMake(*groups),
-                                                        Metal.MTLSizeMake(*pipeline.threads))
-        self._recorded += 1
+        return enc

@@ -326,7 +326,8 @@ class VulkanDevice(ProgramMixin, Device):
             raise DeviceError(f"buffer of {nbytes} bytes exceeds maxMemoryAllocationSize {max_alloc}")
         d, usage = self._device, (lib.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
                                   lib.VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                                  lib.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
+                                  lib.VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+                                  lib.VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT)   # launch_indirect's arguments
         handle = call(vk.vkCreateBuffer, d, vk.VkBufferCreateInfo(
             size=size, usage=usage, sharingMode=lib.VK_SHARING_MODE_EXCLUSIVE), None,
             context=f"creating a buffer of {nbytes} bytes: ")

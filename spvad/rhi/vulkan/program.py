@@ -21,6 +21,7 @@ BIND_COMPUTE = lib.VK_PIPELINE_BIND_POINT_COMPUTE
 STAGE_COMPUTE = lib.VK_SHADER_STAGE_COMPUTE_BIT
 PIPE_COMPUTE = lib.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
 PIPE_TRANSFER = lib.VK_PIPELINE_STAGE_TRANSFER_BIT
+PIPE_INDIRECT = lib.VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT
 ANY_WRITE = lib.VK_ACCESS_SHADER_WRITE_BIT | lib.VK_ACCESS_TRANSFER_WRITE_BIT
 TRANSFER_ACCESS = lib.VK_ACCESS_TRANSFER_READ_BIT | lib.VK_ACCESS_TRANSFER_WRITE_BIT
 ANY_ACCESS = TRANSFER_ACCESS | lib.VK_ACCESS_SHADER_READ_BIT | lib.VK_ACCESS_SHADER_WRITE_BIT
@@ -115,6 +116,10 @@ class ProgramMixin:
             srcAccessMask=lib.VK_ACCESS_SHADER_WRITE_BIT,
             dstAccessMask=lib.VK_ACCESS_SHADER_READ_BIT | lib.VK_ACCESS_SHADER_WRITE_BIT)
         self._mb_c2c_ptr = ffi.addressof(self._mb_c2c)
+        # Before an indirect dispatch: the launches' and transfers' writes of its arguments, to the indirect read.
+        self._mb_c2i = vk.VkMemoryBarrier(srcAccessMask=ANY_WRITE,
+                                          dstAccessMask=lib.VK_ACCESS_INDIRECT_COMMAND_READ_BIT)
+        self._mb_c2i_ptr = ffi.addressof(self._mb_c2i)
         self._bound = None         # (pipeline, descriptor set) bound in the current command buffer
         self._mb_c2h = vk.VkMemoryBarrier(srcAccessMask=ANY_WRITE, dstAccessMask=lib.VK_ACCESS_HOST_READ_BIT)
         # Around a transfer (copy_buffer, fill_buffer): launches and transfers before it, then after it.
@@ -326,6 +331,25 @@ class ProgramMixin:
         if not (0 <= gx <= mx and 0 <= gy <= my and 0 <= gz <= mz):
             raise DeviceError(f"kernel '{pipeline.name}': groups {tuple(groups)} exceed "
                               f"maxComputeWorkGroupCount {self._limits_groups} (fold into 2-D)")
+        cmd = self._bind(pipeline, buffers, push_constants)
+        lib.vkCmdDispatch(cmd, gx, gy, gz)
+        self._after_dispatch(cmd, pipeline)
+
+    def launch_indirect(self, pipeline, buffers, push_constants, args, offset):
+        """See base.Device.launch_indirect (vkCmdDispatchIndirect; `args` was created with the indirect usage
+        every buffer has). A barrier first makes the earlier launches' writes of `args` visible to the read."""
+        if offset % 4 or offset + 12 > args.nbytes or getattr(args, "_device", None) is not self or \
+                args._handle is None:
+            raise DeviceError(f"kernel '{pipeline.name}': indirect arguments at byte {offset} of {args!r}")
+        cmd = self._bind(pipeline, buffers, push_constants)
+        lib.vkCmdPipelineBarrier(cmd, PIPE_COMPUTE | PIPE_TRANSFER, PIPE_INDIRECT, 0, 1, self._mb_c2i_ptr,
+                                 0, NULL, 0, NULL)
+        lib.vkCmdDispatchIndirect(cmd, args._handle, offset)
+        self._after_dispatch(cmd, pipeline)
+
+    def _bind(self, pipeline, buffers, push_constants):
+        """Bind the pipeline, the descriptor set of `buffers` and the push constants in the command buffer
+        being recorded (begun if none is); returns it."""
         handle = pipeline._handle
         if handle is None:
             raise DeviceError(f"kernel '{pipeline.name}': pipeline released or its device closed")
@@ -357,7 +381,9 @@ class ProgramMixin:
         elif push_constants:
             raise DeviceError(f"kernel '{pipeline.name}' declares no push constants, got "
                               f"{len(push_constants)} bytes")
-        lib.vkCmdDispatch(cmd, gx, gy, gz)
+        return cmd
+
+    def _after_dispatch(self, cmd, pipeline):
         self._frame.kernels.add(pipeline.name)
         # Orders this launch's writes before the next launch's reads and writes (RAW and WAW).
         lib.vkCmdPipelineBarrier(cmd, PIPE_COMPUTE, PIPE_COMPUTE, 0, 1, self._mb_c2c_ptr,

@@ -78,6 +78,12 @@ def int_powers(x: sp.Array, n: sp.Array, y: sp.Array):
         y[i] = x[i] ** n[i] + x[i] ** 40   # Op.POWI: a runtime and a large constant exponent
 
 
+@sp.kernel
+def array_bounds(n: sp.Array, b: sp.Array, x: sp.Array, y: sp.Array):
+    for i in range(b[0], b[1] - n[None], 2):   # the count is read from arrays: a counting module too
+        y[i] = sp.sin(x[i]) * x[i]
+
+
 def f32(n, needs_grad=False, lo=0.2):
     rng = np.random.default_rng(n)
     data = (rng.uniform(lo, 1.5, n) * np.where(rng.random(n) < 0.5, -1, 1)).astype(np.float32)
@@ -104,6 +110,9 @@ CASES = {
     "serial_then_parallel": (serial_then_parallel, lambda: (f32(50, True), scalar(True), 0.5), True),
     "int_powers": (int_powers, lambda: (f32(50, True), sp.from_numpy(np.arange(-25, 25, dtype=np.int32) % 17 - 7),
                                         f32(50, True)), True),
+    "array_bounds": (array_bounds, lambda: (sp.from_numpy(np.array(7, np.int32)),
+                                            sp.from_numpy(np.array([1, 50], np.int32)), f32(50, True),
+                                            f32(50, True)), True),
 }
 
 

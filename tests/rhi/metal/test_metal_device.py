@@ -177,6 +177,26 @@ def test_glue_binds_buffers_push_constants_and_spec_constants(fake_metal):
         dev.create_buffer(4)
 
 
+def test_glue_dispatches_indirectly_from_the_words_buffer(fake_metal):
+    dev = md.MetalDevice()
+    bufs = [dev.create_buffer(40) for _ in range(4)]
+    words = dev.create_buffer(32)
+    pipe = dev.create_pipeline(reference("adstack_f32"), name="adstack_f32", num_buffers=4,
+                               push_constant_size=12, spec_constants={0: 9})
+    push = struct.pack("<fii", 0.3, 5, 10)
+    dev.launch_indirect(pipe, bufs, push, words, 12)
+    dev.sync()
+    calls = [(name, args) for kind, name, args in fake_metal.calls if kind == "computeCommandEncoder"]
+    assert [a[2] for n, a in calls if n == "setBuffer_offset_atIndex_"] == [0, 1, 2, 3]
+    assert ("setBytes_length_atIndex_", (push, 12, 4)) in calls
+    indirect = [a for n, a in calls if n == "dispatchThreadgroupsWithIndirectBuffer_indirectBufferOffset_"
+                                              "threadsPerThreadgroup_"]
+    assert indirect == [(words._mtl, 12, (64, 1, 1))]
+    with pytest.raises(DeviceError, match="indirect arguments at byte 24"):
+        dev.launch_indirect(pipe, bufs, push, words, 24)
+    dev.close()
+
+
 def test_glue_turns_failures_into_pipeline_errors(fake_metal):
     dev = md.MetalDevice()
     with pytest.raises(PipelineCreationError, match=r"kernel 'fadd' \(backend metal\): newLibraryWithSource "
@@ -274,5 +294,13 @@ def test_runtime_on_metal_end_to_end(monkeypatch):
         square.grad(x, y)
         np.testing.assert_allclose(x.grad.to_numpy(), 2 * np.arange(300), rtol=1e-6)
         assert sp.device_info()["backend"] == "metal"
+
+        @sp.kernel
+        def first(n: sp.Array, x: sp.Array, y: sp.Array):
+            for i in range(n[None]):   # the count read on the device (dispatchThreadgroupsWithIndirectBuffer)
+                y[i] = x[i] * x[i]
+        y.fill(0.0)
+        first(sp.from_numpy(np.array(201, np.int32)), x, y)
+        np.testing.assert_allclose(y.to_numpy(), np.where(np.arange(300) < 201, np.arange(300) ** 2, 0), rtol=1e-6)
     finally:
         sp.reset()

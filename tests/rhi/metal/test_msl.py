@@ -111,6 +111,22 @@ def test_buffer_home_adstacks_add_the_heap_binding(name):
     assert "spvUnsafeArray" not in prog.source or any(h == "function" for h in low.homes)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_count_read_from_arrays_translates_with_its_counting_module(grad):
+    """The task reads its bounds (a binding of their array); the one-thread counting module binds them and,
+    last, the words its dispatch's indirect arguments are read from (ir/thread_count.py)."""
+    _, _, ck = compiled_for_metal("array_bounds", grad)
+    ct = ck.tasks[0]
+    assert (0, "primal") in ct.lowered.bindings and (1, "primal") in ct.lowered.bindings
+    count = ct.thread_count
+    prog = translate(count, ct.task.name + "_count")
+    words = len(ck.ir.arrays)
+    assert count.bindings[-1] == (words, "primal") and count.flag_binding is None
+    device = [(arg, idx) for space, _, arg, idx in prog.buffer_args if space == "device"]
+    assert device[-1] == ("_launch_args", len(count.bindings) - 1)   # SPIRV-Cross drops one leading _
+    assert prog.local_size == (1, 1, 1)
+
+
 def test_float_atomics_become_compare_exchange_loops():
     _, _, ck = compiled_for_metal("float_atomics", False)
     src = translate(ck.tasks[0].lowered, "float_atomics").source
