@@ -7,23 +7,29 @@ import ast
 
 from .. import types as T
 from ..ir import nodes as N
-from ..ir.emit import PY_SCALARS, Emitter
-from .calls import CallsMixin
-from .derivatives import Transform
-from .exprs import ExprsMixin
-from .linalg import LinalgMixin
-from .local_arrays import LocalArraysMixin
-from .matrices import MatricesMixin
-from .random_numbers import RandomMixin, RandomState
-from .tasks import TasksMixin
-from .values import (ENDED, ArraySpec, FieldRef, Lazy, Scope, ShapeRef,  # noqa: F401
-                              VectorArgSpec)
-from .vectors import MatValue, VecArg, VecSlots, VecValue, VectorsMixin
+from ..ir.emit import PY_SCALARS
 from ..ir.ops import Op
+from . import funcs
+from .arrays import array_param, atomic_element, load_element, store_element, subscript_target, user_ndim
+from .derivatives import Transform
+from .exprs import ExprVisitor
+from .local_arrays import assign_local_element, local_array_name
+from .matrices import make_matrix
+from .random_numbers import RandomState
 from .source import FunctionSource
+from .tasks import TasksMixin
+from .values import ENDED, ArraySpec, FieldRef, Lazy, Scope, ShapeRef, VectorArgSpec
+from .vectors import MatValue, VecArg, VecSlots, VecValue, assign_vector_name, make_vector
 
-class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin, MatricesMixin, LocalArraysMixin,
-                    VectorsMixin, Emitter, ast.NodeVisitor):
+
+class KernelBuilder(TasksMixin, ExprVisitor):
+    """The visitor: statements here, expressions in ExprVisitor, parallel and serial tasks in TasksMixin; calls,
+    arrays, vectors, matrices, local arrays and @sp.func inlining are functions of the builder in their
+    modules."""
+    return_slot, return_stores, early = None, None, None   # of the @sp.func being inlined (funcs.py)
+    statement_call = None   # the call that is a whole expression statement (its value is discarded)
+    none_result = None      # (func name, Loc, what) after inlining a func that may return None
+
     def __init__(self, src: FunctionSource, specs, resolve_global_array):
         super().__init__()
         self.src, self.specs, self.resolve_global_array = src, specs, resolve_global_array
@@ -52,7 +58,7 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
             self.error(f"kernel takes {len(args.args)} parameters, specialised with {len(self.specs)}")
         for a, spec in zip(args.args, self.specs):
             if isinstance(spec, ArraySpec):
-                p = self.array_param(a.arg, spec.dtype, spec.ndim, spec.needs_grad, spec.needs_dual)
+                p = array_param(self, a.arg, spec.dtype, spec.ndim, spec.needs_grad, spec.needs_dual)
                 self.param_bindings.append(("array", p))
                 scope.names[a.arg] = p
             elif isinstance(spec, VectorArgSpec):
@@ -90,17 +96,6 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
                 serial.append(stmt)
         self.flush_serial(serial)
         return self.kernel
-
-    def array_param(self, name, dtype, ndim, needs_grad, needs_dual):
-        """The IR array of an ndarray; an ndarray of vectors (matrices) is a scalar array with one (two) more
-        axes."""
-        elem = T.element_shape(dtype)
-        p = N.ArrayParam(name, T.element_dtype(dtype), ndim + len(elem), len(self.kernel.arrays),
-                         needs_grad, needs_dual)
-        self.kernel.arrays.append(p)
-        if elem:
-            self.vector_arrays[p] = elem
-        return p
 
     def at(self, node):
         self.loc = self.src.loc(node)
@@ -153,7 +148,7 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
     def as_tuple(self, value):
         """A tuple, `x.shape` as a tuple of shape values, a vector as its components; None for anything else."""
         if isinstance(value, ShapeRef):
-            return tuple(self.emit(N.ArrayShape(value.array, k)) for k in range(self.user_ndim(value.array)))
+            return tuple(self.emit(N.ArrayShape(value.array, k)) for k in range(user_ndim(self, value.array)))
         if isinstance(value, MatValue):
             return tuple(value.row(i) for i in range(value.rows))
         if isinstance(value, VecValue):
@@ -175,7 +170,7 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
             if self.block.stmts and isinstance(self.block.stmts[-1], (N.Break, N.Continue)):
                 return   # the rest of this block is unreachable
             if self.early is not None and id(s) in self.early.returning:   # a @sp.func may have returned
-                return self.after_return_point(s, lambda: self.visit_body(stmts[k + 1:]), k + 1 < len(stmts))
+                return funcs.after_return_point(self, s, lambda: self.visit_body(stmts[k + 1:]), k + 1 < len(stmts))
 
     def generic_visit(self, node):
         self.at(node) if isinstance(node, ast.stmt) else None
@@ -209,9 +204,9 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
             self.error("annotated assignment needs a name and a value")
         dtype = self.visit(node.annotation)
         if isinstance(dtype, T.Vector):
-            return self.assign(node.target, self.make_vector(dtype, [self.visit(node.value)]))
+            return self.assign(node.target, make_vector(self, dtype, [self.visit(node.value)]))
         if isinstance(dtype, T.Matrix):
-            return self.assign(node.target, self.make_matrix(dtype, [self.visit(node.value)]))
+            return self.assign(node.target, make_matrix(self, dtype, [self.visit(node.value)]))
         if not isinstance(dtype, T.DType):
             self.error("annotation of a local must be an spvad dtype such as sp.f32, sp.vec3 or sp.mat3")
         self.assign(node.target, self.cast(self.visit(node.value), dtype), dtype)
@@ -222,11 +217,11 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
                 self.assign(t, v)
         elif isinstance(target, ast.Name):
             self.assign_name(target.id, value, dtype)
-        elif isinstance(target, (ast.Subscript, ast.Attribute)) and self.local_array_name(target):
-            self.assign_local_element(target, value)
+        elif isinstance(target, (ast.Subscript, ast.Attribute)) and local_array_name(self, target):
+            assign_local_element(self, target, value)
         elif isinstance(target, ast.Subscript):
-            arr, field, idx = self.subscript_target(target)
-            self.store_element(arr, field, idx, value)
+            arr, field, idx = subscript_target(self, target)
+            store_element(self, arr, field, idx, value)
         else:
             self.error("can only assign to names, array elements, vector / matrix elements and tuples of them")
 
@@ -238,7 +233,7 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
         if isinstance(value, VecValue) or isinstance(cur, VecSlots):
             if not fresh_ok:
                 self.error(f"cannot assign to '{name}' (a loop index or kernel argument)")
-            return self.assign_vector_name(name, cur, value)
+            return assign_vector_name(self, name, cur, value)
         if isinstance(value, (tuple, N.ArrayParam, FieldRef, Transform)) and not isinstance(cur, N.Alloca):
             self.scope.names[name] = value     # compile-time aliases (tuples, arrays, `df = sp.grad(f)`)
             return
@@ -286,16 +281,16 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
 
     def visit_AugAssign(self, node):
         sym = self.OPS[type(node.op)]
-        if isinstance(node.target, (ast.Subscript, ast.Attribute)) and self.local_array_name(node.target):
-            self.assign_local_element(node.target, self.visit(node.value), sym)
+        if isinstance(node.target, (ast.Subscript, ast.Attribute)) and local_array_name(self, node.target):
+            assign_local_element(self, node.target, self.visit(node.value), sym)
         elif isinstance(node.target, ast.Subscript):
-            arr, field, idx = self.subscript_target(node.target)
+            arr, field, idx = subscript_target(self, node.target)
             value = self.visit(node.value)
             if sym in ("+", "-"):
-                self.atomic_element(Op.ATOMIC_ADD, arr, field, idx, value, negate=sym == "-")
+                atomic_element(self, Op.ATOMIC_ADD, arr, field, idx, value, negate=sym == "-")
                 return
-            old = self.load_element(arr, field, idx)
-            self.store_element(arr, field, idx, self.binop(sym, old, value))
+            old = load_element(self, arr, field, idx)
+            store_element(self, arr, field, idx, self.binop(sym, old, value))
         elif isinstance(node.target, ast.Name):
             cur = self.load_name(node.target.id)
             self.assign_name(node.target.id, self.binop(sym, cur, self.visit(node.value)))
@@ -368,7 +363,7 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
                 if any(isinstance(s, ast.Return) for s in node.body):
                     return   # every iteration returns: the later ones are unreachable
                 # the iterations after a return are skipped like the statements after it
-                return self.after_return_point(node, lambda: self.static_iterations(node, values[k + 1:]))
+                return funcs.after_return_point(self, node, lambda: self.static_iterations(node, values[k + 1:]))
 
     def assign_static_target(self, target, v):
         if isinstance(target, ast.Name):
@@ -410,7 +405,7 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
         self.emit(cls())
 
     def visit_Return(self, node):
-        self.func_return(node)
+        funcs.func_return(self, node)
 
 def build_kernel(pyfunc, specs, resolve_global_array=lambda name, obj: None):
     """Compile `pyfunc` for argument `specs` (ArraySpec or DType per parameter) into a Kernel.
