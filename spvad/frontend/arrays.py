@@ -76,7 +76,8 @@ def subscript_target(b, node):
     for sl in parts:
         if isinstance(sl, ast.Constant) and sl.value is None:
             continue
-        raw += [b.visit(e) for e in sl.elts] if isinstance(sl, ast.Tuple) else [b.visit(sl)]
+        for v in [b.visit(e) for e in sl.elts] if isinstance(sl, ast.Tuple) else [b.visit(sl)]:
+            raw += index_parts(v)
     elem = element_shape(b, arr)
     if len(raw) != arr.ndim and not (elem and len(raw) == user_ndim(b, arr)):
         what = (f"{user_ndim(b, arr)} dimension(s) of {shape_words(elem, plural=True)}" if elem else
@@ -84,6 +85,16 @@ def subscript_target(b, node):
         b.error(f"array '{arr.name}' has {what}, indexed with {len(raw)}")
     idx = tuple(b.cast(b.index_value(i), T.i32) for i in raw)
     return arr, field, idx
+
+
+def index_parts(v):
+    """The indices an index expression stands for: an integer vector (`x[base + offset]`, `x[sp.Vector([i,
+    j])]`) or a tuple gives one per component, as in Taichi."""
+    if isinstance(v, tuple):
+        return [part for x in v for part in index_parts(x)]
+    if isinstance(v, VecValue) and len(v.shape) == 1 and all(c.dtype.is_int for c in v.comps):
+        return list(v.comps)
+    return [v]
 
 
 def load_element(b, arr, field, idx):

@@ -18,7 +18,8 @@ from .matrices import make_matrix
 from .random_numbers import RandomState
 from .source import FunctionSource
 from .tasks import TasksMixin
-from .values import ENDED, ArraySpec, FieldRef, Lazy, Scope, ShapeRef, VectorArgSpec
+from .values import (ENDED, ArraySpec, FieldRef, Lazy, Scope, ShapeRef, TemplateSpec, TemplateValue,
+                     VectorArgSpec)
 from .vectors import MatValue, VecArg, VecSlots, VecValue, assign_vector_name, make_vector
 
 
@@ -43,6 +44,7 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         self.task = None
         self.slot_tasks = {}              # Alloca -> the task it is a local of (a dispatch sees only its own)
         self.inline_stack = []
+        self.index_blocks = {}            # id of a loop index value -> the block it is bound in
         self.random = RandomState()       # sp.random / sp.randn (random_numbers.py)
 
     # ---- entry ----
@@ -68,6 +70,9 @@ class KernelBuilder(TasksMixin, ExprVisitor):
                     self.kernel.scalars.append(params[-1])
                 self.param_bindings.append(("vector", tuple(params)))
                 scope.names[a.arg] = VecArg(params, spec.dtype.shape)
+            elif isinstance(spec, TemplateSpec):   # sp.template(): a compile-time value, as a global is
+                self.param_bindings.append(("template", None))
+                scope.names[a.arg] = TemplateValue(spec.value)
             else:
                 p = N.ScalarParam(a.arg, spec, len(self.kernel.scalars))
                 self.kernel.scalars.append(p)
@@ -230,6 +235,10 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         if cur is ENDED or (isinstance(cur, (N.Alloca, VecSlots)) and not self.in_this_task(cur)):
             cur = None   # a fresh binding: the old local lived in another dispatch (or was a loop index)
         fresh_ok = cur is None or isinstance(cur, (Lazy, N.Alloca, VecSlots) + PY_SCALARS) or name in self.assignable
+        if not fresh_ok and isinstance(value, (N.Stmt, VecValue) + PY_SCALARS):
+            local = self.local_from_binding(name, cur, value, dtype)
+            if local is not None:
+                cur, fresh_ok = local, True
         if isinstance(value, VecValue) or isinstance(cur, VecSlots):
             if not fresh_ok:
                 self.error(f"cannot assign to '{name}' (a loop index or kernel argument)")
@@ -246,6 +255,44 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         slot = self.new_slot(dtype or v.dtype, name)
         self.scope.names[name] = slot
         self.emit(N.LocalStore(slot, self.cast(v, slot.dtype)))
+
+    def local_from_binding(self, name, cur, value, dtype):
+        """A loop index or kernel argument assigned in the body (`i = sp.cast(i, sp.i32)`, `x = x * 2`) turns
+        into a local holding it from where it was bound (the top of its loop's body, or of the task), so the
+        iteration is unaffected and every read sees what Python would. None: `cur` is no such binding."""
+        if isinstance(cur, VecArg):
+            inits, block, anchor = [N.ScalarArg(p) for p in cur.params], self.task.body, None
+        elif isinstance(cur, N.ScalarParam):
+            inits, block, anchor = [N.ScalarArg(cur)], self.task.body, None
+        elif isinstance(cur, N.Stmt) and id(cur) in self.index_blocks:
+            inits, block, anchor = [cur], self.index_blocks[id(cur)], cur
+        else:
+            return None
+        if isinstance(value, VecValue) != isinstance(cur, VecArg):
+            what = "vector" if isinstance(cur, VecArg) else "scalar"
+            self.error(f"'{name}' (a loop index or kernel argument) holds a {what}; cannot assign a "
+                       f"{getattr(value, 'name', 'scalar')} to it")
+        if isinstance(cur, VecArg):
+            slots = [self.new_slot(p.dtype, f"{name}_{k}") for k, p in enumerate(cur.params)]
+            local = VecSlots(slots, cur.shape)
+        else:
+            was, new = inits[0].dtype, self.typed_probe(value)
+            slots = [self.new_slot(dtype or (T.promote(was, new) if new != was else was), name)]
+            local = slots[0]
+        stmts = []
+        for slot, init in zip(slots, inits):
+            if init is not anchor:
+                stmts.append(init)   # an argument's ScalarArg, read at the top of the task
+            if init.dtype != slot.dtype:
+                init = N.Compute(Op.CAST, (init,), slot.dtype)
+                stmts.append(init)
+            stmts.append(N.LocalStore(slot, init))
+        for st in stmts:
+            st.loc = self.loc
+        at = self.alloca_at if anchor is None else block.stmts.index(anchor) + 1
+        block.stmts[at:at] = stmts
+        self.scope.names[name] = local
+        return local
 
     def new_slot(self, dtype, name):
         """A local of the current task: its Alloca goes to the top of the task body."""
@@ -322,6 +369,9 @@ class KernelBuilder(TasksMixin, ExprVisitor):
             dims = [self.range_args(it.args)]
         elif getattr(fn, "_spvad_builtin", None) == "ndrange":
             dims = [(0, v, 1) if not isinstance(v, tuple) else (v[0], v[1], 1) for v in map(self.visit, it.args)]
+        elif isinstance(it, (ast.Name, ast.Attribute)) and isinstance(self.visit(it), (N.ArrayParam, FieldRef)):
+            self.error("a loop over an ndarray (`for i, j in x`) runs in parallel, so it must be an outermost loop "
+                       "of the kernel (as in Taichi); inside a loop use range(x.shape[0]), ...")
         else:
             self.error("a loop must iterate over range(...), sp.ndrange(...) or sp.static(...)")
         targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
@@ -334,7 +384,8 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         loop = self.emit(N.RangeFor(self.cast(self.index_value(lo), T.i32), self.cast(self.index_value(hi), T.i32),
                                     step, N.Block()))
         saved, self.block = self.block, loop.body
-        self.scope.names[targets[0].id] = self.emit(N.LoopIndex(loop))
+        index = self.scope.names[targets[0].id] = self.emit(N.LoopIndex(loop))
+        self.index_blocks[id(index)] = loop.body   # where it is bound, should the body assign the name
         self.loops.append(loop)
         if len(dims) > 1:
             self.nested_range_for(targets[1:], dims[1:], body)

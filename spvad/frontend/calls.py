@@ -5,7 +5,7 @@ A row is `row(b, fn, node)`; rows.py turns functions of visited values into rows
 function and one row in its module's table."""
 from .. import types as T
 from . import arrays, derivatives, funcs, matrices, random_numbers, scalar_calls, vectors
-from .methods import BoundMethod, call_method
+from .methods import BoundMethod, UnboundMethod, call_method, call_unbound
 from .printing import print_call
 from .rows import with_callee
 from .scalar_calls import MATH1, MATH2  # noqa: F401 (the tests list the math builtins from here)
@@ -28,10 +28,10 @@ SP_BUILTINS = merged(scalar_calls.CALLS, vectors.CALLS, matrices.CALLS, arrays.C
                      derivatives.CALLS)
 
 # Python objects, by identity
-PYTHON_CALLS = merged(scalar_calls.PYTHON_CALLS, {print: lambda b, fn, node: print_call(b, node), T.Vector: tensor_row, T.Matrix: tensor_row})
+PYTHON_CALLS = merged(scalar_calls.PYTHON_CALLS, matrices.PYTHON_CALLS, {print: lambda b, fn, node: print_call(b, node), T.Vector: tensor_row, T.Matrix: tensor_row})
 
 # kinds of callee, by type
-BY_TYPE = {BoundMethod: call_method, derivatives.Transform: with_callee(derivatives.call_transform),
+BY_TYPE = {BoundMethod: call_method, UnboundMethod: call_unbound, derivatives.Transform: with_callee(derivatives.call_transform),
            T.DType: with_callee(scalar_calls.dtype_cast), T.Vector: tensor_row, T.Matrix: tensor_row}
 
 

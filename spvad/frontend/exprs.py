@@ -8,11 +8,12 @@ from ..ir import nodes as N
 from ..ir.emit import PY_SCALARS, py_dtype
 from . import calls
 from .arrays import captured_array, load_element, subscript_target, user_ndim
-from .local_arrays import list_literal, local_group, read_element, read_local_element, repeated_list
+from .local_arrays import (constant_items, list_literal, local_group, read_element, read_local_element,
+                           repeated_list, tuple_item)
 from .matrices import constant_matrix, matrix_attribute
-from .methods import METHODS, BoundMethod
+from .methods import METHODS, BoundMethod, UnboundMethod
 from .operators import ValueEmitter
-from .values import ENDED, FieldRef, Lazy, ShapeRef
+from .values import ENDED, FieldRef, Lazy, ShapeRef, TemplateValue
 from .vectors import (COMPONENTS, MatValue, VecArg, VecSlots, VecValue, constant_vector, is_constant_matrix,
                       is_constant_vector, load_vector_slots, shaped, vector_ifexp)
 
@@ -43,6 +44,8 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
                     return value if v.index is None else self.as_tuple(value)[v.index]
                 finally:
                     self.scope = saved
+            if isinstance(v, TemplateValue):
+                return self.global_object(name, v.value)
             return v
         obj = self.src.lookup(name, KeyError)
         if obj is KeyError:
@@ -59,6 +62,8 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
             return captured_array(self, name, obj)
         if isinstance(obj, (int, float, bool)):
             return obj
+        if isinstance(obj, (list, tuple)):   # of numbers: constants; else (funcs, ...) for sp.static loops
+            return constant_items(obj) or obj
         if is_constant_vector(obj):
             return constant_vector(self, obj) or obj
         if is_constant_matrix(obj):
@@ -83,6 +88,8 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
             return self.swizzle(base, node.attr)
         if isinstance(base, (N.Stmt,) + PY_SCALARS):
             self.error(f"values have no attribute '{node.attr}'")
+        if (base is T.Vector or base is T.Matrix) and node.attr in METHODS and not hasattr(base, node.attr):
+            return UnboundMethod(base.__name__, node.attr)   # sp.Vector.normalized(v, eps), Taichi-style
         try:
             return getattr(base, node.attr)
         except AttributeError:
@@ -106,11 +113,8 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
         if isinstance(base, VecValue):
             return read_element(self, base, self.visit(node.slice))
         if isinstance(base, tuple):
-            k = self.visit(node.slice)
-            if not isinstance(k, int):
-                self.error("tuples can only be indexed with compile-time integers")
-            return base[k]
-        self.error("only arrays, shapes, vectors, matrices and tuples can be indexed")
+            return tuple_item(self, base, self.visit(node.slice))
+        self.error("only arrays, shapes, vectors, matrices, tuples and lists can be indexed")
 
     def swizzle(self, v, attr):
         if not 1 <= len(attr) <= 4 or any(c not in COMPONENTS for c in attr):

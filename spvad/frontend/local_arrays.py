@@ -11,6 +11,8 @@ constants only).
 """
 import ast
 
+import numpy as np
+
 from .. import types as T
 from ..ir import nodes as N
 from ..ir.emit import PY_SCALARS, py_dtype
@@ -71,6 +73,52 @@ def read_element(b, v, key):
         rows = range(v.shape[0])
         return choose(b, [v.row(i) for i in rows], [position_condition(b, keys, (i,)) for i in rows])
     return choose(b, v.comps, [position_condition(b, keys, p) for p in positions(v.shape)])
+
+
+# ---- tuples: local ones, and the constant lists and tuples of the enclosing scope ----
+def tuple_item(b, items, k):
+    """`t[k]`: the item for a compile-time k (Python's indexing, negatives too); for a runtime k, selects over
+    the items (numbers or kernel values, or equal-length rows of them), as for a vector or matrix value."""
+    if isinstance(k, int) and not isinstance(k, bool):
+        if not -len(items) <= k < len(items):
+            b.error(f"index {k} out of range for a tuple of {len(items)}")
+        return items[k]
+    if not (isinstance(k, N.Stmt) and k.dtype.is_int):
+        b.error("tuples and lists can only be indexed with integers")
+    return read_element(b, tuple_value(b, items), k)
+
+
+def tuple_value(b, items):
+    """A tuple of scalars as a vector value; of equal-length rows (tuples of scalars, vectors) as a matrix."""
+    scalar = (N.Stmt,) + PY_SCALARS
+    rows = [tuple(i.comps) if is_vector(i) else i for i in items]
+    if all(isinstance(i, scalar) for i in rows):
+        flat, shape = rows, (len(rows),)
+    elif all(isinstance(r, tuple) and len(r) == len(rows[0]) and all(isinstance(x, scalar) for x in r)
+             for r in rows):
+        flat, shape = [x for r in rows for x in r], (len(rows), len(rows[0]))
+    else:
+        b.error("a tuple or list indexed at run time must hold numbers, or equal-length rows of numbers")
+    if not flat or len(flat) > T.MAX_COMPONENTS:
+        b.error(f"a tuple or list indexed at run time holds 1 to {T.MAX_COMPONENTS} numbers, this one "
+                f"{len(flat)}: put a larger table in an ndarray (sp.from_numpy)")
+    dt = common_dtype(flat)
+    return shaped([b.cast(x, dt) for x in flat], shape)
+
+
+def constant_items(obj):
+    """A list or tuple of numbers (or of such lists) from the enclosing scope as nested tuples of Python
+    numbers (compile-time constants, as Python numbers are); None for anything else."""
+    items = []
+    for x in obj:
+        if isinstance(x, (list, tuple)):
+            x = constant_items(x)
+        elif isinstance(x, np.generic) and x.dtype.kind in "biuf":
+            x = x.item()
+        if x is None or not isinstance(x, PY_SCALARS + (tuple,)):
+            return None
+        items.append(x)
+    return tuple(items)
 
 
 # ---- locals addressed at run time: SlotSelect / SlotStore (ir/slot_arrays.py) ----

@@ -8,7 +8,8 @@ from .. import types as T
 from ..ir import nodes as N
 from ..ir.emit import PY_SCALARS
 from . import linalg
-from .rows import positional
+from .local_arrays import tuple_value
+from .rows import positional, with_keywords
 from .vectors import MatValue, VecValue, is_vector, make_vector
 
 TYPE_METHODS = ("zero", "identity")
@@ -35,6 +36,8 @@ def tensor_call(b, fn, args, kw):
     dtype = kw.pop("dt", kw.pop("dtype", None))
     if kw:
         b.error(f"unknown keyword argument '{next(iter(kw))}'")
+    if len(args) == 1 and isinstance(args[0], tuple):   # sp.Vector(goal), a constant list or a tuple
+        args = [tuple_value(b, args[0])]
     if len(args) == 1 and isinstance(args[0], VecValue):   # sp.Vector([a, b]) / sp.Matrix([[a, b], [c, d]])
         v = args[0]
         if fn is T.Matrix and not isinstance(v, MatValue):
@@ -46,6 +49,24 @@ def tensor_call(b, fn, args, kw):
         return fn(*args, dtype) if dtype is not None else fn(*args)
     except TypeError as e:
         b.error(str(e))
+
+
+def diag(b, args, kw):
+    """`sp.Matrix.diag(dim, val)`: a dim x dim matrix (dim known at compile time) with `val` on its diagonal,
+    of val's dtype (a Python float: f32)."""
+    given = dict(zip(("dim", "val"), args))
+    for k, v in kw.items():
+        if k not in ("dim", "val") or k in given:
+            b.error(f"sp.Matrix.diag(dim, val) got an unexpected or repeated argument '{k}'")
+        given[k] = v
+    if len(args) > 2 or set(given) != {"dim", "val"}:
+        b.error("sp.Matrix.diag(dim, val) takes a size and a value")
+    dim, val = given["dim"], given["val"]
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim * dim <= T.MAX_COMPONENTS:
+        b.error(f"sp.Matrix.diag: dim must be a compile-time int in 1..8, got {dim!r}")
+    val = b.typed(val)
+    zero = b.const(0, val.dtype)
+    return MatValue([val if i == j else zero for i in range(dim) for j in range(dim)], dim, dim)
 
 
 def constant_tensor(b, ttype, which):
@@ -155,3 +176,5 @@ def polar_decompose(b, args):
 CALLS = {"outer": positional(outer), "transpose": positional(transpose), "trace": positional(trace),
          "determinant": positional(determinant), "inverse": positional(inverse), "svd": positional(svd),
          "polar_decompose": positional(polar_decompose)}
+
+PYTHON_CALLS = {T.Matrix.diag: with_keywords(diag)}

@@ -2,8 +2,9 @@
 `M.determinant()`, ...): a table of rows, most being the sp.* builtin of the same meaning with the value as
 first argument."""
 from ..ir.ops import Op
-from . import matrices, vectors
+from . import matrices, scalar_calls, vectors
 from .rows import keyword_values
+from .vectors import VecValue
 
 
 class BoundMethod:
@@ -12,6 +13,14 @@ class BoundMethod:
 
     def __init__(self, value, name):
         self.value, self.name = value, name
+
+
+class UnboundMethod:
+    """`sp.Vector.normalized` (Taichi's `ti.Vector.normalized(v, eps)`): a method called with the value first."""
+    __slots__ = ("owner", "name")
+
+    def __init__(self, owner, name):
+        self.owner, self.name = owner, name
 
 
 def builtin(body):
@@ -38,7 +47,7 @@ METHODS = {
     "dot": builtin(vectors.dot), "cross": builtin(vectors.cross), "norm": builtin(vectors.length),
     "normalized": builtin(vectors.normalize), "outer_product": builtin(matrices.outer),
     "transpose": builtin(matrices.transpose), "determinant": builtin(matrices.determinant),
-    "inverse": builtin(matrices.inverse), "trace": builtin(matrices.trace),
+    "inverse": builtin(matrices.inverse), "trace": builtin(matrices.trace), "cast": builtin(scalar_calls.cast),
     "norm_sqr": no_arguments(lambda b, v: vectors.dot(b, [v, v])), "sum": no_arguments(lambda b, v: b.sum_of(v.comps)),
     "max": no_arguments(lambda b, v: b.minmax(Op.MAX, *v.comps)),
     "min": no_arguments(lambda b, v: b.minmax(Op.MIN, *v.comps)),
@@ -51,3 +60,12 @@ def call_method(b, fn, node):
     """The row of a bound method called: `value.method(*args)`."""
     kw = keyword_values(b, node)
     return METHODS[fn.name](b, fn.value, [b.visit(a) for a in node.args], kw)
+
+
+def call_unbound(b, fn, node):
+    """The row of `sp.Vector.<method>(v, *args)`."""
+    kw = keyword_values(b, node)
+    args = [b.visit(a) for a in node.args]
+    if not args or not isinstance(args[0], VecValue):
+        b.error(f"sp.{fn.owner}.{fn.name}(...) takes a vector or matrix value as its first argument")
+    return METHODS[fn.name](b, args[0], args[1:], kw)

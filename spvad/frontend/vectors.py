@@ -115,6 +115,8 @@ def make_vector(b, vtype, args):
             b.error(f"{vtype.name}(...) takes scalars and vectors, got a {a.name}")
         if isinstance(a, VecValue):
             flat.extend(a.comps)
+        elif isinstance(a, tuple):   # sp.vec2(goal): a constant list or a tuple
+            flat.extend(a)
         elif isinstance(a, (N.Stmt,) + PY_SCALARS):
             flat.append(a)
         else:
@@ -213,25 +215,43 @@ def vector_args(b, name, args, want):
     return args
 
 
+def vector_and_eps(b, name, args):
+    """`v` or `v, eps` (a scalar, Taichi's safeguard: `v.norm(eps)`, `v.normalized(eps)`)."""
+    if len(args) == 2 and isinstance(args[1], (N.Stmt,) + PY_SCALARS):
+        return vector_args(b, name, args[:1], 1)[0], args[1]
+    return vector_args(b, name, args, 1)[0], 0
+
+
 def dot(b, args):
     return b.dot(*vector_args(b, "dot", args, 2))
 
 
 def cross(b, args):
+    """The cross product of two 3-vectors; of two 2-vectors, the scalar x0 y1 - x1 y0 (as Taichi)."""
     x, y = vector_args(b, "cross", args, 2)
+    if x.n == y.n == 2:
+        return b.binop("-", b.binop("*", x.comps[0], y.comps[1]), b.binop("*", x.comps[1], y.comps[0]))
     if x.n != 3 or y.n != 3:
-        b.error(f"sp.cross needs two 3-vectors, got {x.name} and {y.name}")
+        b.error(f"sp.cross needs two 3-vectors or two 2-vectors, got {x.name} and {y.name}")
     return VecValue(b.cross_comps(x.comps, y.comps))
 
 
 def length(b, args):
-    v, = vector_args(b, "length", args, 1)
-    return b.math1(Op.SQRT, b.dot(v, v))
+    """sqrt(v . v + eps)."""
+    v, eps = vector_and_eps(b, "length", args)
+    square = b.dot(v, v)
+    return b.math1(Op.SQRT, square if is_zero(eps) else b.binop("+", square, eps))
 
 
 def normalize(b, args):
-    v, = vector_args(b, "normalize", args, 1)
-    return b.binop("*", v, b.binop("/", 1.0, b.math1(Op.SQRT, b.dot(v, v))))
+    """v / (|v| + eps), eps 0 unless given (Taichi's `normalized(eps)`)."""
+    v, eps = vector_and_eps(b, "normalize", args)
+    norm = b.math1(Op.SQRT, b.dot(v, v))
+    return b.binop("*", v, b.binop("/", 1.0, norm if is_zero(eps) else b.binop("+", norm, eps)))
+
+
+def is_zero(v):
+    return isinstance(v, PY_SCALARS) and v == 0
 
 
 CALLS = {"dot": positional(dot), "cross": positional(cross), "length": positional(length),
