@@ -181,7 +181,8 @@ class Kernel:
         mode = Mode(mode) if isinstance(mode, str) else mode   # a kind's name: "primal", "reverse", ...
         skip = skipped_passes()
         key = (tuple(s if isinstance(s, T.DType) else s.key if isinstance(s, TemplateSpec) else
-                     (s.dtype, s.ndim, s.needs_grad, s.needs_dual) for s in specs), mode, self.ad_stack_size or rt.ad_stack_size,
+                     (s.dtype, s.ndim, s.needs_grad, s.needs_dual) for s in specs), mode,
+               self.ad_stack_size or rt.ad_stack_size,
                tuple(sorted(features.items())) if features else None, skip, rt.debug, rt.serial)
         ck = self._cache.get(key)
         if ck is None:

@@ -138,8 +138,8 @@ def ndrange(*extents):
 
 ndrange._spvad_builtin = "ndrange"
 
-__all__ = ["Array", "template", "dot", "cross", "length", "normalize", "transpose", "trace", "determinant", "inverse", "outer",
-           "svd", "polar_decompose",
+__all__ = ["Array", "template", "dot", "cross", "length", "normalize", "transpose", "trace", "determinant", "inverse",
+           "outer", "svd", "polar_decompose",
            "atan2", "hypot", "fmod", "pow", "min", "max", "clamp", "select", "cast", "atomic_add", "atomic_max",
            "atomic_min", "static", "ndrange", *_NUMPY_UNARY]
 

@@ -28,11 +28,12 @@ SP_BUILTINS = merged(scalar_calls.CALLS, vectors.CALLS, matrices.CALLS, arrays.C
                      derivatives.CALLS)
 
 # Python objects, by identity
-PYTHON_CALLS = merged(scalar_calls.PYTHON_CALLS, matrices.PYTHON_CALLS, {print: lambda b, fn, node: print_call(b, node), T.Vector: tensor_row, T.Matrix: tensor_row})
+PYTHON_CALLS = merged(scalar_calls.PYTHON_CALLS, matrices.PYTHON_CALLS,
+                      {print: lambda b, fn, node: print_call(b, node), T.Vector: tensor_row, T.Matrix: tensor_row})
 
 # kinds of callee, by type
-BY_TYPE = {BoundMethod: call_method, UnboundMethod: call_unbound, derivatives.Transform: with_callee(derivatives.call_transform),
-           T.DType: with_callee(scalar_calls.dtype_cast), T.Vector: tensor_row, T.Matrix: tensor_row}
+BY_TYPE = {BoundMethod: call_method, UnboundMethod: call_unbound, T.DType: with_callee(scalar_calls.dtype_cast),
+           derivatives.Transform: with_callee(derivatives.call_transform), T.Vector: tensor_row, T.Matrix: tensor_row}
 
 
 def row_for(fn):

@@ -1,5 +1,6 @@
-"""Linear algebra of small matrices in kernels (functions of the kernel builder `b`), built from scalar ops so both autodiff modes differentiate
-through it: determinant and inverse (cofactors, n <= 4), svd and polar decomposition (2x2 and 3x3).
+"""Linear algebra of small matrices in kernels (functions of the kernel builder `b`), built from scalar ops so
+both autodiff modes differentiate through it: determinant and inverse (cofactors, n <= 4), svd and polar
+decomposition (2x2 and 3x3).
 
 svd(A) = (U, S, V), A = U @ S @ V.T, as Taichi: U and V are rotations (det +1), S is diagonal with the
 singular values in decreasing order of magnitude, the last one carrying the sign of det(A). The method:
