@@ -17,7 +17,7 @@ DTYPES = {d.name: d for d in T.ALL}
 
 def parse_specs(kernel, text):
     """`--args f32:1,f32:2,i32` (dtype:ndim for arrays, a dtype for scalars); default from annotations."""
-    from .lang import Array
+    from .lang import Array, Template
     if text:
         specs = []
         for item in text.split(","):
@@ -27,7 +27,7 @@ def parse_specs(kernel, text):
         return specs
     specs = []
     for name, ann in kernel.params:
-        if ann is Array or ann is None:
+        if ann is Array or ann is None or isinstance(ann, Template):   # sp.template(): as an array
             specs.append(ArraySpec(T.f32, 1, needs_grad=True))
         else:
             specs.append({float: T.f32, int: T.i32, bool: T.u1}.get(ann, ann))

@@ -10,11 +10,11 @@ from . import cache, recording, runtime, tape
 from . import types as T
 from .autodiff.validation import violation_check
 from .errors import ArgumentError, AutodiffRuleError, SpvadError
-from .frontend import ArraySpec, VectorArgSpec
+from .frontend import ArraySpec, TemplateSpec, VectorArgSpec
 from .frontend.random_numbers import launch_key, random_key_index
 from .ir.printer import format_kernel
 from .frontend.source import FunctionSource
-from .lang import Array
+from .lang import Array, Template
 from .launch import BoundReplay, Replay, launch
 from .ndarray import Ndarray
 from .pipeline import DUAL, PASSES, PRIMAL, REVERSE, Mode, Target, compile_kernel
@@ -110,8 +110,8 @@ class Kernel:
         specs, arrays, scalars = [], [], []
         rt = runtime.get()
         for (name, ann), value in zip(self.params, args):
-            if getattr(value, "_spvad_ndarray", False):
-                if ann is not None and ann is not Array:
+            if getattr(value, "_spvad_ndarray", False):   # (through sp.template() too: bound as an argument)
+                if ann is not None and ann is not Array and not isinstance(ann, Template):
                     raise ArgumentError(f"kernel {self.name}: argument '{name}' is annotated {ann!r} "
                                         f"but got an ndarray")
                 if value._runtime is not rt:
@@ -119,6 +119,9 @@ class Kernel:
                                         "sp.reset()/sp.init(); create it again")
                 specs.append(ArraySpec(value.dtype, value.ndim, value.grad is not None, value.dual is not None))
                 arrays.append(value)
+                continue
+            if isinstance(ann, Template):   # a compile-time value: the kernel is specialised per value
+                specs.append(TemplateSpec(value))
                 continue
             if ann is Array:
                 raise ArgumentError(f"kernel {self.name}: argument '{name}' must be an sp.ndarray, got "
@@ -177,8 +180,9 @@ class Kernel:
         rt = runtime.get()
         mode = Mode(mode) if isinstance(mode, str) else mode   # a kind's name: "primal", "reverse", ...
         skip = skipped_passes()
-        key = (tuple(s if isinstance(s, T.DType) else (s.dtype, s.ndim, s.needs_grad, s.needs_dual)
-                     for s in specs), mode, self.ad_stack_size or rt.ad_stack_size,
+        key = (tuple(s if isinstance(s, T.DType) else s.key if isinstance(s, TemplateSpec) else
+                     (s.dtype, s.ndim, s.needs_grad, s.needs_dual) for s in specs), mode,
+               self.ad_stack_size or rt.ad_stack_size,
                tuple(sorted(features.items())) if features else None, skip, rt.debug, rt.serial)
         ck = self._cache.get(key)
         if ck is None:
@@ -187,7 +191,8 @@ class Kernel:
                             local_size=info.get("preferred_local_size", 128), bounds_check=rt.debug,
                             validate=rt.validate_spirv, skip=skip)
             disk_key = None
-            if rt.code == "spirv" and cache.cache_dir() is not None:   # the interpreter's are made afresh
+            if rt.code == "spirv" and cache.cache_dir() is not None and not any(   # the interpreter's are
+                    isinstance(s, TemplateSpec) and s.by_identity for s in specs):     # made afresh
                 disk_key = cache.entry_key(self, key[:-1], (list(target.features), target.local_size, rt.debug))
             ck = cache.load_compiled(disk_key, self, rt)
             if ck is None:

@@ -10,6 +10,20 @@ class Array:
     """Annotation for an ndarray kernel argument: `def k(x: sp.Array)`; specialised per dtype and ndim."""
 
 
+class Template:
+    """What `sp.template()` returns: the annotation of a parameter bound at compile time (Taichi's
+    `ti.template()`). An ndarray passed there is bound as an `sp.Array` argument is; any other value (a
+    number, a tuple, a @sp.func, ...) is a compile-time constant of the kernel, specialised per value."""
+
+    def __repr__(self):
+        return "sp.template()"
+
+
+def template():
+    """`def k(field: sp.template(), scale: sp.template())`: see Template."""
+    return Template()
+
+
 def _builtin(name, fn):
     fn.__name__ = name
     fn._spvad_builtin = name
@@ -51,10 +65,18 @@ def _length(v):
     return np.sqrt(np.sum(v * v, axis=-1))[()]
 
 
+def _cross(a, b):
+    """3-vectors: the cross product; 2-vectors: the scalar a0 b1 - a1 b0 (as in kernels and Taichi)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape[-1] == b.shape[-1] == 2:
+        return (a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0])[()]
+    return np.cross(a, b)
+
+
 dot = _builtin("dot", lambda a, b: np.sum(np.asarray(a) * np.asarray(b), axis=-1)[()])
-cross = _builtin("cross", lambda a, b: np.cross(a, b))
-length = _builtin("length", _length)
-normalize = _builtin("normalize", lambda v: np.asarray(v) / np.expand_dims(_length(v), -1))
+cross = _builtin("cross", _cross)
+length = _builtin("length", lambda v, eps=0: np.sqrt(np.sum(np.asarray(v) * np.asarray(v), axis=-1) + eps)[()])
+normalize = _builtin("normalize", lambda v, eps=0: np.asarray(v) / np.expand_dims(_length(v) + eps, -1))
 
 
 # matrices (outside kernels: numpy arrays whose last two axes hold the rows and columns)
@@ -116,8 +138,8 @@ def ndrange(*extents):
 
 ndrange._spvad_builtin = "ndrange"
 
-__all__ = ["Array", "dot", "cross", "length", "normalize", "transpose", "trace", "determinant", "inverse", "outer",
-           "svd", "polar_decompose",
+__all__ = ["Array", "template", "dot", "cross", "length", "normalize", "transpose", "trace", "determinant", "inverse",
+           "outer", "svd", "polar_decompose",
            "atan2", "hypot", "fmod", "pow", "min", "max", "clamp", "select", "cast", "atomic_add", "atomic_max",
            "atomic_min", "static", "ndrange", *_NUMPY_UNARY]
 

@@ -178,6 +178,14 @@ class Matrix(metaclass=_LiteralOrType):
             raise TypeError(f"{self.name}.identity(): the matrix is not square")
         return np.eye(self.n, dtype=self.dtype.np)
 
+    @staticmethod
+    def diag(dim, val):
+        """`sp.Matrix.diag(dim, val)`: the dim x dim matrix with `val` on its diagonal (Taichi's); in kernels a
+        value of val's type, outside them a numpy array (float32 for a float, int32 for an int)."""
+        if not _is_count(dim) or not 1 <= dim * dim <= MAX_COMPONENTS:
+            raise TypeError(f"sp.Matrix.diag: dim must be an int in 1..8, got {dim!r}")
+        return _literal(np.diag([val] * int(dim)), None, 2)
+
 
 vec2, vec3, vec4 = Vector(2, f32), Vector(3, f32), Vector(4, f32)
 mat2, mat3, mat4 = Matrix(2, 2, f32), Matrix(3, 3, f32), Matrix(4, 4, f32)

@@ -1,6 +1,6 @@
-"""Every ```python block of docs/autodiff.md and docs/language.md runs and its asserts hold. Each block is
-self-contained: it is written to its own file (kernels need their source on disk) and run as a script, in a
-fresh runtime."""
+"""Every ```python block of docs/autodiff.md, docs/language.md and docs/from_taichi.md runs and its asserts
+hold. Each block is self-contained: it is written to its own file (kernels need their source on disk) and run
+as a script, in a fresh runtime."""
 import pathlib
 import re
 import runpy
@@ -11,7 +11,7 @@ import spvad as sp
 from spvad import runtime
 
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
-BLOCKS = [(doc, block) for doc in ("autodiff.md", "language.md")
+BLOCKS = [(doc, block) for doc in ("autodiff.md", "language.md", "from_taichi.md")
           for block in re.findall(r"^```python\n(.*?)^```", (DOCS / doc).read_text(), flags=re.S | re.M)]
 
 
@@ -23,6 +23,7 @@ def _line(doc, block):
 def test_the_guides_have_examples():
     assert sum(doc == "autodiff.md" for doc, _ in BLOCKS) >= 7
     assert sum(doc == "language.md" for doc, _ in BLOCKS) >= 4
+    assert sum(doc == "from_taichi.md" for doc, _ in BLOCKS) >= 3
 
 
 @pytest.fixture

@@ -7,23 +7,30 @@ import ast
 
 from .. import types as T
 from ..ir import nodes as N
-from ..ir.emit import PY_SCALARS, Emitter
-from .calls import CallsMixin
-from .derivatives import Transform
-from .exprs import ExprsMixin
-from .linalg import LinalgMixin
-from .local_arrays import LocalArraysMixin
-from .matrices import MatricesMixin
-from .random_numbers import RandomMixin, RandomState
-from .tasks import TasksMixin
-from .values import (ENDED, ArraySpec, FieldRef, Lazy, Scope, ShapeRef,  # noqa: F401
-                              VectorArgSpec)
-from .vectors import MatValue, VecArg, VecSlots, VecValue, VectorsMixin
+from ..ir.emit import PY_SCALARS
 from ..ir.ops import Op
+from . import funcs
+from .arrays import array_param, atomic_element, load_element, store_element, subscript_target, user_ndim
+from .derivatives import Transform
+from .exprs import ExprVisitor
+from .local_arrays import assign_local_element, local_array_name
+from .matrices import make_matrix
+from .random_numbers import RandomState
 from .source import FunctionSource
+from .tasks import TasksMixin
+from .values import (ENDED, ArraySpec, FieldRef, Lazy, Scope, ShapeRef, TemplateSpec, TemplateValue,
+                     VectorArgSpec)
+from .vectors import MatValue, VecArg, VecSlots, VecValue, assign_vector_name, make_vector
 
-class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin, MatricesMixin, LocalArraysMixin,
-                    VectorsMixin, Emitter, ast.NodeVisitor):
+
+class KernelBuilder(TasksMixin, ExprVisitor):
+    """The visitor: statements here, expressions in ExprVisitor, parallel and serial tasks in TasksMixin; calls,
+    arrays, vectors, matrices, local arrays and @sp.func inlining are functions of the builder in their
+    modules."""
+    return_slot, return_stores, early = None, None, None   # of the @sp.func being inlined (funcs.py)
+    statement_call = None   # the call that is a whole expression statement (its value is discarded)
+    none_result = None      # (func name, Loc, what) after inlining a func that may return None
+
     def __init__(self, src: FunctionSource, specs, resolve_global_array):
         super().__init__()
         self.src, self.specs, self.resolve_global_array = src, specs, resolve_global_array
@@ -37,6 +44,7 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
         self.task = None
         self.slot_tasks = {}              # Alloca -> the task it is a local of (a dispatch sees only its own)
         self.inline_stack = []
+        self.index_blocks = {}            # id of a loop index value -> the block it is bound in
         self.random = RandomState()       # sp.random / sp.randn (random_numbers.py)
 
     # ---- entry ----
@@ -52,7 +60,7 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
             self.error(f"kernel takes {len(args.args)} parameters, specialised with {len(self.specs)}")
         for a, spec in zip(args.args, self.specs):
             if isinstance(spec, ArraySpec):
-                p = self.array_param(a.arg, spec.dtype, spec.ndim, spec.needs_grad, spec.needs_dual)
+                p = array_param(self, a.arg, spec.dtype, spec.ndim, spec.needs_grad, spec.needs_dual)
                 self.param_bindings.append(("array", p))
                 scope.names[a.arg] = p
             elif isinstance(spec, VectorArgSpec):
@@ -62,6 +70,9 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
                     self.kernel.scalars.append(params[-1])
                 self.param_bindings.append(("vector", tuple(params)))
                 scope.names[a.arg] = VecArg(params, spec.dtype.shape)
+            elif isinstance(spec, TemplateSpec):   # sp.template(): a compile-time value, as a global is
+                self.param_bindings.append(("template", None))
+                scope.names[a.arg] = TemplateValue(spec.value)
             else:
                 p = N.ScalarParam(a.arg, spec, len(self.kernel.scalars))
                 self.kernel.scalars.append(p)
@@ -90,17 +101,6 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
                 serial.append(stmt)
         self.flush_serial(serial)
         return self.kernel
-
-    def array_param(self, name, dtype, ndim, needs_grad, needs_dual):
-        """The IR array of an ndarray; an ndarray of vectors (matrices) is a scalar array with one (two) more
-        axes."""
-        elem = T.element_shape(dtype)
-        p = N.ArrayParam(name, T.element_dtype(dtype), ndim + len(elem), len(self.kernel.arrays),
-                         needs_grad, needs_dual)
-        self.kernel.arrays.append(p)
-        if elem:
-            self.vector_arrays[p] = elem
-        return p
 
     def at(self, node):
         self.loc = self.src.loc(node)
@@ -153,7 +153,7 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
     def as_tuple(self, value):
         """A tuple, `x.shape` as a tuple of shape values, a vector as its components; None for anything else."""
         if isinstance(value, ShapeRef):
-            return tuple(self.emit(N.ArrayShape(value.array, k)) for k in range(self.user_ndim(value.array)))
+            return tuple(self.emit(N.ArrayShape(value.array, k)) for k in range(user_ndim(self, value.array)))
         if isinstance(value, MatValue):
             return tuple(value.row(i) for i in range(value.rows))
         if isinstance(value, VecValue):
@@ -175,7 +175,7 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
             if self.block.stmts and isinstance(self.block.stmts[-1], (N.Break, N.Continue)):
                 return   # the rest of this block is unreachable
             if self.early is not None and id(s) in self.early.returning:   # a @sp.func may have returned
-                return self.after_return_point(s, lambda: self.visit_body(stmts[k + 1:]), k + 1 < len(stmts))
+                return funcs.after_return_point(self, s, lambda: self.visit_body(stmts[k + 1:]), k + 1 < len(stmts))
 
     def generic_visit(self, node):
         self.at(node) if isinstance(node, ast.stmt) else None
@@ -209,9 +209,9 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
             self.error("annotated assignment needs a name and a value")
         dtype = self.visit(node.annotation)
         if isinstance(dtype, T.Vector):
-            return self.assign(node.target, self.make_vector(dtype, [self.visit(node.value)]))
+            return self.assign(node.target, make_vector(self, dtype, [self.visit(node.value)]))
         if isinstance(dtype, T.Matrix):
-            return self.assign(node.target, self.make_matrix(dtype, [self.visit(node.value)]))
+            return self.assign(node.target, make_matrix(self, dtype, [self.visit(node.value)]))
         if not isinstance(dtype, T.DType):
             self.error("annotation of a local must be an spvad dtype such as sp.f32, sp.vec3 or sp.mat3")
         self.assign(node.target, self.cast(self.visit(node.value), dtype), dtype)
@@ -222,11 +222,11 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
                 self.assign(t, v)
         elif isinstance(target, ast.Name):
             self.assign_name(target.id, value, dtype)
-        elif isinstance(target, (ast.Subscript, ast.Attribute)) and self.local_array_name(target):
-            self.assign_local_element(target, value)
+        elif isinstance(target, (ast.Subscript, ast.Attribute)) and local_array_name(self, target):
+            assign_local_element(self, target, value)
         elif isinstance(target, ast.Subscript):
-            arr, field, idx = self.subscript_target(target)
-            self.store_element(arr, field, idx, value)
+            arr, field, idx = subscript_target(self, target)
+            store_element(self, arr, field, idx, value)
         else:
             self.error("can only assign to names, array elements, vector / matrix elements and tuples of them")
 
@@ -235,10 +235,14 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
         if cur is ENDED or (isinstance(cur, (N.Alloca, VecSlots)) and not self.in_this_task(cur)):
             cur = None   # a fresh binding: the old local lived in another dispatch (or was a loop index)
         fresh_ok = cur is None or isinstance(cur, (Lazy, N.Alloca, VecSlots) + PY_SCALARS) or name in self.assignable
+        if not fresh_ok and isinstance(value, (N.Stmt, VecValue) + PY_SCALARS):
+            local = self.local_from_binding(name, cur, value, dtype)
+            if local is not None:
+                cur, fresh_ok = local, True
         if isinstance(value, VecValue) or isinstance(cur, VecSlots):
             if not fresh_ok:
                 self.error(f"cannot assign to '{name}' (a loop index or kernel argument)")
-            return self.assign_vector_name(name, cur, value)
+            return assign_vector_name(self, name, cur, value)
         if isinstance(value, (tuple, N.ArrayParam, FieldRef, Transform)) and not isinstance(cur, N.Alloca):
             self.scope.names[name] = value     # compile-time aliases (tuples, arrays, `df = sp.grad(f)`)
             return
@@ -251,6 +255,44 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
         slot = self.new_slot(dtype or v.dtype, name)
         self.scope.names[name] = slot
         self.emit(N.LocalStore(slot, self.cast(v, slot.dtype)))
+
+    def local_from_binding(self, name, cur, value, dtype):
+        """A loop index or kernel argument assigned in the body (`i = sp.cast(i, sp.i32)`, `x = x * 2`) turns
+        into a local holding it from where it was bound (the top of its loop's body, or of the task), so the
+        iteration is unaffected and every read sees what Python would. None: `cur` is no such binding."""
+        if isinstance(cur, VecArg):
+            inits, block, anchor = [N.ScalarArg(p) for p in cur.params], self.task.body, None
+        elif isinstance(cur, N.ScalarParam):
+            inits, block, anchor = [N.ScalarArg(cur)], self.task.body, None
+        elif isinstance(cur, N.Stmt) and id(cur) in self.index_blocks:
+            inits, block, anchor = [cur], self.index_blocks[id(cur)], cur
+        else:
+            return None
+        if isinstance(value, VecValue) != isinstance(cur, VecArg):
+            what = "vector" if isinstance(cur, VecArg) else "scalar"
+            self.error(f"'{name}' (a loop index or kernel argument) holds a {what}; cannot assign a "
+                       f"{getattr(value, 'name', 'scalar')} to it")
+        if isinstance(cur, VecArg):
+            slots = [self.new_slot(p.dtype, f"{name}_{k}") for k, p in enumerate(cur.params)]
+            local = VecSlots(slots, cur.shape)
+        else:
+            was, new = inits[0].dtype, self.typed_probe(value)
+            slots = [self.new_slot(dtype or (T.promote(was, new) if new != was else was), name)]
+            local = slots[0]
+        stmts = []
+        for slot, init in zip(slots, inits):
+            if init is not anchor:
+                stmts.append(init)   # an argument's ScalarArg, read at the top of the task
+            if init.dtype != slot.dtype:
+                init = N.Compute(Op.CAST, (init,), slot.dtype)
+                stmts.append(init)
+            stmts.append(N.LocalStore(slot, init))
+        for st in stmts:
+            st.loc = self.loc
+        at = self.alloca_at if anchor is None else block.stmts.index(anchor) + 1
+        block.stmts[at:at] = stmts
+        self.scope.names[name] = local
+        return local
 
     def new_slot(self, dtype, name):
         """A local of the current task: its Alloca goes to the top of the task body."""
@@ -286,16 +328,16 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
 
     def visit_AugAssign(self, node):
         sym = self.OPS[type(node.op)]
-        if isinstance(node.target, (ast.Subscript, ast.Attribute)) and self.local_array_name(node.target):
-            self.assign_local_element(node.target, self.visit(node.value), sym)
+        if isinstance(node.target, (ast.Subscript, ast.Attribute)) and local_array_name(self, node.target):
+            assign_local_element(self, node.target, self.visit(node.value), sym)
         elif isinstance(node.target, ast.Subscript):
-            arr, field, idx = self.subscript_target(node.target)
+            arr, field, idx = subscript_target(self, node.target)
             value = self.visit(node.value)
             if sym in ("+", "-"):
-                self.atomic_element(Op.ATOMIC_ADD, arr, field, idx, value, negate=sym == "-")
+                atomic_element(self, Op.ATOMIC_ADD, arr, field, idx, value, negate=sym == "-")
                 return
-            old = self.load_element(arr, field, idx)
-            self.store_element(arr, field, idx, self.binop(sym, old, value))
+            old = load_element(self, arr, field, idx)
+            store_element(self, arr, field, idx, self.binop(sym, old, value))
         elif isinstance(node.target, ast.Name):
             cur = self.load_name(node.target.id)
             self.assign_name(node.target.id, self.binop(sym, cur, self.visit(node.value)))
@@ -327,6 +369,9 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
             dims = [self.range_args(it.args)]
         elif getattr(fn, "_spvad_builtin", None) == "ndrange":
             dims = [(0, v, 1) if not isinstance(v, tuple) else (v[0], v[1], 1) for v in map(self.visit, it.args)]
+        elif isinstance(it, (ast.Name, ast.Attribute)) and isinstance(self.visit(it), (N.ArrayParam, FieldRef)):
+            self.error("a loop over an ndarray (`for i, j in x`) runs in parallel, so it must be an outermost loop "
+                       "of the kernel (as in Taichi); inside a loop use range(x.shape[0]), ...")
         else:
             self.error("a loop must iterate over range(...), sp.ndrange(...) or sp.static(...)")
         targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
@@ -339,7 +384,8 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
         loop = self.emit(N.RangeFor(self.cast(self.index_value(lo), T.i32), self.cast(self.index_value(hi), T.i32),
                                     step, N.Block()))
         saved, self.block = self.block, loop.body
-        self.scope.names[targets[0].id] = self.emit(N.LoopIndex(loop))
+        index = self.scope.names[targets[0].id] = self.emit(N.LoopIndex(loop))
+        self.index_blocks[id(index)] = loop.body   # where it is bound, should the body assign the name
         self.loops.append(loop)
         if len(dims) > 1:
             self.nested_range_for(targets[1:], dims[1:], body)
@@ -368,7 +414,7 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
                 if any(isinstance(s, ast.Return) for s in node.body):
                     return   # every iteration returns: the later ones are unreachable
                 # the iterations after a return are skipped like the statements after it
-                return self.after_return_point(node, lambda: self.static_iterations(node, values[k + 1:]))
+                return funcs.after_return_point(self, node, lambda: self.static_iterations(node, values[k + 1:]))
 
     def assign_static_target(self, target, v):
         if isinstance(target, ast.Name):
@@ -410,7 +456,7 @@ class KernelBuilder(RandomMixin, TasksMixin, CallsMixin, ExprsMixin, LinalgMixin
         self.emit(cls())
 
     def visit_Return(self, node):
-        self.func_return(node)
+        funcs.func_return(self, node)
 
 def build_kernel(pyfunc, specs, resolve_global_array=lambda name, obj: None):
     """Compile `pyfunc` for argument `specs` (ArraySpec or DType per parameter) into a Kernel.

@@ -11,9 +11,9 @@ from ..ir import nodes as N
 from ..ir.emit import PY_SCALARS
 from .vectors import VecValue, shape_words, shaped
 from ..ir.ops import Op
+from . import funcs
+from .rows import one_arg, with_keywords
 
-TRANSFORMS = ("grad", "value_and_grad", "jacobian", "hessian")
-DERIVATIVE_BUILTINS = TRANSFORMS + ("jvp", "vjp", "stop_gradient")
 
 
 class Transform:
@@ -27,31 +27,39 @@ class Transform:
         return f"sp.{self.kind}({self.func.fn.__name__})"
 
 
-def derivative_call(b, fn, node, kw):
-    """The frontend's hook (calls.visit_Call): a call of one of DERIVATIVE_BUILTINS, or of what
-    sp.grad & co returned. `b` is the kernel builder, `kw` the visited keyword arguments."""
-    args = [b.visit(a) for a in node.args]
-    made = getattr(fn, "_spvad_transform", None)   # sp.grad(f, argnums) called outside the kernel
+# ---- the rows: sp.grad & co, what they return, sp.jvp / vjp, sp.stop_gradient -------------------------------
+def transform_row(name):
+    """`sp.grad(f, argnums=...)` & co: a Transform, called next with f's arguments."""
+    return with_keywords(lambda b, args, kw: make_transform(b, name, args, kw))
+
+
+def call_transform(b, fn, args, kw):
+    """A Transform called: made in the kernel, or at module level (`dsdf = sp.grad(sdf)`)."""
+    made = getattr(fn, "_spvad_transform", None)
     if made is not None:
         name, func, argnums = made
         fn = make_transform(b, name, [func], {"argnums": argnums})
-    if isinstance(fn, Transform):
-        return apply_transform(b, fn, args, kw)
-    name = fn._spvad_builtin
-    if name == "stop_gradient":
+    return apply_transform(b, fn, args, kw)
+
+
+def forward_or_reverse_row(name):
+    """`sp.jvp(f, primals, tangents)` / `sp.vjp(f, primals, cotangent)`."""
+    def body(b, args, kw):
         if kw:
-            b.error("sp.stop_gradient takes one positional argument")
-        return stop_gradient(b, b.one_arg(args, "sp.stop_gradient"))
-    if name in TRANSFORMS:
-        return make_transform(b, name, args, kw)
+            b.error(f"sp.{name}(f, primals, {'tangents' if name == 'jvp' else 'cotangent'}) takes positional "
+                    "arguments only")
+        if len(args) != 3:
+            b.error(f"sp.{name} takes three arguments: a @sp.func, a tuple of primal values and "
+                    f"{'a tuple of tangents' if name == 'jvp' else 'a cotangent'}")
+        func = check_func(b, name, args[0])
+        return (jvp if name == "jvp" else vjp)(b, func, args[1], args[2])
+    return with_keywords(body)
+
+
+def stop_gradient_row(b, args, kw):
     if kw:
-        b.error(f"sp.{name}(f, primals, {'tangents' if name == 'jvp' else 'cotangent'}) takes positional "
-                "arguments only")
-    if len(args) != 3:
-        b.error(f"sp.{name} takes three arguments: a @sp.func, a tuple of primal values and "
-                f"{'a tuple of tangents' if name == 'jvp' else 'a cotangent'}")
-    func = check_func(b, name, args[0])
-    return (jvp if name == "jvp" else vjp)(b, func, args[1], args[2])
+        b.error("sp.stop_gradient takes one positional argument")
+    return stop_gradient(b, one_arg(b, args, "sp.stop_gradient"))
 
 
 def check_func(b, name, f):
@@ -191,7 +199,7 @@ def unit_seeds(b, active):
 def apply_transform(b, t, args, kw):
     src = t.func.source()
     names = [a.arg for a in src.tree.args.args + src.tree.args.kwonlyargs]
-    values = b.func_arguments(t.func, args, kw)   # one per parameter, defaults filled in
+    values = funcs.func_arguments(b, t.func, args, kw)   # one per parameter, defaults filled in
     fname = t.func.fn.__name__
     active = []   # (shape, comps) per argnum
     for k in t.argnums:
@@ -203,7 +211,7 @@ def apply_transform(b, t, args, kw):
         vals = list(values)
         for k, v in zip(t.argnums, seeded):
             vals[k] = v
-        return b.inline(t.func, vals)
+        return funcs.inline(b, t.func, vals)
 
     what = f"{fname} (in {t.what})"
     if t.kind == "hessian":
@@ -263,7 +271,7 @@ def rebuild_comps(v):
 # ---- sp.jvp, sp.vjp -----------------------------------------------------------------------------------------
 def call_with(b, func):
     """`run` for differentiate: `func` inlined with the seeded primals as its positional arguments."""
-    return lambda seeded: b.inline(func, b.func_arguments(func, list(seeded), {}))
+    return lambda seeded: funcs.inline(b, func, funcs.func_arguments(b, func, list(seeded), {}))
 
 
 def as_float(v):
@@ -310,3 +318,9 @@ def vjp(b, func, primals, cotangent):
     row = r.tangents[0]
     return r.value(), tuple(rebuild(shape, [b.cast(row[j], c.dtype) for j, c in zip(span, cs)])
                             for (shape, cs), span in zip(active, spans))
+
+
+CALLS = {"grad": transform_row("grad"), "value_and_grad": transform_row("value_and_grad"),
+         "jacobian": transform_row("jacobian"), "hessian": transform_row("hessian"),
+         "jvp": forward_or_reverse_row("jvp"), "vjp": forward_or_reverse_row("vjp"),
+         "stop_gradient": with_keywords(stop_gradient_row)}

@@ -1,17 +1,24 @@
-"""Names, subscripts and expressions of the frontend visitor (a mixin of KernelBuilder): name lookup
-through scopes and globals, array element access, operators, short-circuit logic, conditional expressions."""
+"""The expression half of the frontend's AST visitor (KernelBuilder adds statements): name lookup through
+scopes and globals, attributes, subscripts, operators, short-circuit logic, conditional expressions; calls
+go to the tables of calls.py."""
 import ast
 
 from .. import types as T
 from ..ir import nodes as N
 from ..ir.emit import PY_SCALARS, py_dtype
-from .methods import METHODS, BoundMethod
-from .values import ENDED, FieldRef, Lazy, ShapeRef
-from .vectors import (MatValue, VecArg, VecSlots, VecValue, is_constant_matrix, is_constant_vector, shaped,
-                               shape_words)
+from . import calls
+from .arrays import captured_array, load_element, subscript_target, user_ndim
+from .local_arrays import (constant_items, list_literal, local_group, read_element, read_local_element,
+                           repeated_list, tuple_item)
+from .matrices import constant_matrix, matrix_attribute
+from .methods import METHODS, BoundMethod, UnboundMethod
+from .operators import ValueEmitter
+from .values import ENDED, FieldRef, Lazy, ShapeRef, TemplateValue
+from .vectors import (COMPONENTS, MatValue, VecArg, VecSlots, VecValue, constant_vector, is_constant_matrix,
+                      is_constant_vector, load_vector_slots, shaped, vector_ifexp)
 
 
-class ExprsMixin:
+class ExprVisitor(ValueEmitter, ast.NodeVisitor):
     # ---- names and subscripts ----
     def visit_Name(self, node):
         return self.load_name(node.id)
@@ -23,7 +30,7 @@ class ExprsMixin:
                 self.check_same_task(name, v)
                 return self.emit(N.LocalLoad(v))
             if isinstance(v, VecSlots):
-                return self.load_vector_slots(name, v)
+                return load_vector_slots(self, name, v)
             if isinstance(v, N.ScalarParam):
                 return self.emit(N.ScalarArg(v))
             if isinstance(v, VecArg):
@@ -37,6 +44,8 @@ class ExprsMixin:
                     return value if v.index is None else self.as_tuple(value)[v.index]
                 finally:
                     self.scope = saved
+            if isinstance(v, TemplateValue):
+                return self.global_object(name, v.value)
             return v
         obj = self.src.lookup(name, KeyError)
         if obj is KeyError:
@@ -50,19 +59,15 @@ class ExprsMixin:
 
     def global_object(self, name, obj):
         if getattr(obj, "_spvad_ndarray", False):
-            for p, o in self.captured:
-                if o is obj:
-                    return p
-            p = self.array_param(name, obj.dtype, obj.ndim, obj.grad is not None, obj.dual is not None)
-            self.captured.append((p, obj))
-            self.resolve_global_array(name, obj)
-            return p
+            return captured_array(self, name, obj)
         if isinstance(obj, (int, float, bool)):
             return obj
+        if isinstance(obj, (list, tuple)):   # of numbers: constants; else (funcs, ...) for sp.static loops
+            return constant_items(obj) or obj
         if is_constant_vector(obj):
-            return self.constant_vector(obj) or obj
+            return constant_vector(self, obj) or obj
         if is_constant_matrix(obj):
-            return self.constant_matrix(obj) or obj
+            return constant_matrix(self, obj) or obj
         return obj   # modules, functions, dtypes: resolved further by attribute access or calls
 
     def visit_Attribute(self, node):
@@ -78,65 +83,44 @@ class ExprsMixin:
         if isinstance(base, VecValue) and node.attr in METHODS:   # v.dot(w), M.transpose(), ...
             return BoundMethod(base, node.attr)
         if isinstance(base, MatValue):
-            return self.matrix_attribute(base, node.attr)
+            return matrix_attribute(self, base, node.attr)
         if isinstance(base, VecValue):
             return self.swizzle(base, node.attr)
         if isinstance(base, (N.Stmt,) + PY_SCALARS):
             self.error(f"values have no attribute '{node.attr}'")
+        if (base is T.Vector or base is T.Matrix) and node.attr in METHODS and not hasattr(base, node.attr):
+            return UnboundMethod(base.__name__, node.attr)   # sp.Vector.normalized(v, eps), Taichi-style
         try:
             return getattr(base, node.attr)
         except AttributeError:
             self.error(f"'{getattr(base, '__name__', base)}' has no attribute '{node.attr}'")
 
     def visit_Subscript(self, node):
-        local = self.local_group(node)
+        local = local_group(self, node)
         if local is not None:   # a vector / matrix local: a runtime index reads one element (SlotSelect)
             key = self.visit(node.slice)
-            value = self.read_local_element(*local, key)
-            return value if value is not None else self.component(self.visit(node.value), key)
+            value = read_local_element(self, *local, key)
+            return value if value is not None else read_element(self, self.visit(node.value), key)
         base = self.visit(node.value)
         if isinstance(base, ShapeRef):
-            k, ndim = self.visit(node.slice), self.user_ndim(base.array)
+            k, ndim = self.visit(node.slice), user_ndim(self, base.array)
             if not isinstance(k, int) or not -ndim <= k < ndim:
                 self.error(f"shape index must be a constant in range for a {ndim}-d array")
             return self.emit(N.ArrayShape(base.array, k % ndim))
         if isinstance(base, (N.ArrayParam, FieldRef)):
-            arr, field, idx = self.subscript_target(node)
-            return self.load_element(arr, field, idx)
+            arr, field, idx = subscript_target(self, node)
+            return load_element(self, arr, field, idx)
         if isinstance(base, VecValue):
-            return self.component(base, self.visit(node.slice))
+            return read_element(self, base, self.visit(node.slice))
         if isinstance(base, tuple):
-            k = self.visit(node.slice)
-            if not isinstance(k, int):
-                self.error("tuples can only be indexed with compile-time integers")
-            return base[k]
-        self.error("only arrays, shapes, vectors, matrices and tuples can be indexed")
+            return tuple_item(self, base, self.visit(node.slice))
+        self.error("only arrays, shapes, vectors, matrices, tuples and lists can be indexed")
 
-    def subscript_target(self, node):
-        """(array, field, indices) of `x[i, j]`, also written Taichi-style as `x[i][j]` (a component of a
-        vector or matrix element)."""
-        parts, inner = [node.slice], node.value
-        while isinstance(inner, ast.Subscript):   # x[i][r, c]: the element's indices come first
-            parts.insert(0, inner.slice)
-            inner = inner.value
-        base = self.visit(inner)
-        arr, field = (base.array, base.field) if isinstance(base, FieldRef) else (base, "primal")
-        if not isinstance(arr, N.ArrayParam):
-            if len(parts) > 1:
-                self.error("only array elements (and their components) can be assigned to")
-            self.error("only array elements can be assigned to")
-        raw = []
-        for sl in parts:
-            if isinstance(sl, ast.Constant) and sl.value is None:
-                continue
-            raw += [self.visit(e) for e in sl.elts] if isinstance(sl, ast.Tuple) else [self.visit(sl)]
-        elem = self.array_element_shape(arr)
-        if len(raw) != arr.ndim and not (elem and len(raw) == self.user_ndim(arr)):
-            what = (f"{self.user_ndim(arr)} dimension(s) of {shape_words(elem, plural=True)}" if elem else
-                    f"{arr.ndim} dimension(s)")
-            self.error(f"array '{arr.name}' has {what}, indexed with {len(raw)}")
-        idx = tuple(self.cast(self.index_value(i), T.i32) for i in raw)
-        return arr, field, idx
+    def swizzle(self, v, attr):
+        if not 1 <= len(attr) <= 4 or any(c not in COMPONENTS for c in attr):
+            self.error(f"vectors have no attribute '{attr}' (use .x .y .z .w or v[k])")
+        comps = [read_element(self, v, COMPONENTS[c]) for c in attr]
+        return comps[0] if len(comps) == 1 else VecValue(comps)
 
     # ---- expressions ----
     OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
@@ -152,11 +136,11 @@ class ExprsMixin:
         return tuple(self.visit(e) for e in node.elts)
 
     def visit_List(self, node):
-        return self.list_literal(node)
+        return list_literal(self, node)
 
     def visit_BinOp(self, node):
         if isinstance(node.op, ast.Mult) and (isinstance(node.left, ast.List) or isinstance(node.right, ast.List)):
-            return self.repeated_list(node)
+            return repeated_list(self, node)
         if type(node.op) not in self.OPS:
             self.error("unsupported operator")
         return self.binop(self.OPS[type(node.op)], self.visit(node.left), self.visit(node.right))
@@ -224,7 +208,7 @@ class ExprsMixin:
                 self.block.stmts.extend(b.stmts)
             return self.select(cond, vals[0], vals[1])
         if any(isinstance(v, VecValue) for v in vals):
-            return self.vector_ifexp(cond, blocks, vals)
+            return vector_ifexp(self, cond, blocks, vals)
         a, b = vals
         probe_a, probe_b = self.typed_probe(a), self.typed_probe(b)
         dt = T.promote(probe_a, probe_b) if probe_a != probe_b else probe_a
@@ -240,6 +224,9 @@ class ExprsMixin:
         if isinstance(v, N.Stmt):
             return v.dtype
         return py_dtype(v)
+
+    def visit_Call(self, node):
+        return calls.call(self, node)
 
 
 # Ops whose value or derivative is infinite or NaN somewhere: `a if c else b` evaluates them only when

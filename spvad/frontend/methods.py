@@ -1,11 +1,10 @@
 """Taichi-style methods of vector and matrix values in kernels (`v.dot(w)`, `v.norm()`, `M.transpose()`,
-`M.determinant()`, ...): each is the sp.* builtin of the same meaning with the value as first argument."""
+`M.determinant()`, ...): a table of rows, most being the sp.* builtin of the same meaning with the value as
+first argument."""
 from ..ir.ops import Op
-
-# method -> the builtin it calls (see calls.builtin); None: composed below
-METHODS = {"dot": "dot", "cross": "cross", "norm": "length", "normalized": "normalize",
-           "outer_product": "outer", "transpose": "transpose", "determinant": "determinant",
-           "inverse": "inverse", "trace": "trace", "norm_sqr": None, "sum": None, "max": None, "min": None}
+from . import matrices, scalar_calls, vectors
+from .rows import keyword_values
+from .vectors import VecValue
 
 
 class BoundMethod:
@@ -16,17 +15,57 @@ class BoundMethod:
         self.value, self.name = value, name
 
 
-def call_method(b, method, args, kw):
-    """The frontend's hook for `value.method(*args)`; `b` is the kernel builder."""
-    name, v = method.name, method.value
-    if kw:
-        b.error(f".{name}() takes no keyword arguments")
-    if METHODS[name] is not None:
-        return b.builtin(METHODS[name], [v] + list(args))
-    if args:
-        b.error(f".{name}() takes no arguments")
-    if name == "norm_sqr":
-        return b.builtin("dot", [v, v])
-    if name == "sum":
-        return b.sum_of(v.comps)
-    return b.minmax(Op.MAX if name == "max" else Op.MIN, *v.comps)
+class UnboundMethod:
+    """`sp.Vector.normalized` (Taichi's `ti.Vector.normalized(v, eps)`): a method called with the value first."""
+    __slots__ = ("owner", "name")
+
+    def __init__(self, owner, name):
+        self.owner, self.name = owner, name
+
+
+def builtin(body):
+    """A method that is `body(b, [value, *args])`, the sp.* builtin's row body."""
+    def method(b, v, args, kw):
+        if kw:
+            b.error(f".{method.name}() takes no keyword arguments")
+        return body(b, [v] + list(args))
+    return method
+
+
+def no_arguments(body):
+    """A method of the value alone: `body(b, value)`."""
+    def method(b, v, args, kw):
+        if kw:
+            b.error(f".{method.name}() takes no keyword arguments")
+        if args:
+            b.error(f".{method.name}() takes no arguments")
+        return body(b, v)
+    return method
+
+
+METHODS = {
+    "dot": builtin(vectors.dot), "cross": builtin(vectors.cross), "norm": builtin(vectors.length),
+    "normalized": builtin(vectors.normalize), "outer_product": builtin(matrices.outer),
+    "transpose": builtin(matrices.transpose), "determinant": builtin(matrices.determinant),
+    "inverse": builtin(matrices.inverse), "trace": builtin(matrices.trace), "cast": builtin(scalar_calls.cast),
+    "norm_sqr": no_arguments(lambda b, v: vectors.dot(b, [v, v])), "sum": no_arguments(lambda b, v: b.sum_of(v.comps)),
+    "max": no_arguments(lambda b, v: b.minmax(Op.MAX, *v.comps)),
+    "min": no_arguments(lambda b, v: b.minmax(Op.MIN, *v.comps)),
+}
+for _name, _method in METHODS.items():
+    _method.name = _name
+
+
+def call_method(b, fn, node):
+    """The row of a bound method called: `value.method(*args)`."""
+    kw = keyword_values(b, node)
+    return METHODS[fn.name](b, fn.value, [b.visit(a) for a in node.args], kw)
+
+
+def call_unbound(b, fn, node):
+    """The row of `sp.Vector.<method>(v, *args)`."""
+    kw = keyword_values(b, node)
+    args = [b.visit(a) for a in node.args]
+    if not args or not isinstance(args[0], VecValue):
+        b.error(f"sp.{fn.owner}.{fn.name}(...) takes a vector or matrix value as its first argument")
+    return METHODS[fn.name](b, args[0], args[1:], kw)

@@ -19,8 +19,8 @@ import math
 from .. import types as T
 from ..ir import nodes as N
 from ..ir.ops import Op
+from .rows import with_keywords
 
-RANDOM_BUILTINS = ("random", "randn")
 RANDOM_KEY = "random.key"   # the hidden u32 scalar parameter: no Python parameter can have this name
 _MASK = 0xFFFFFFFF
 _PCG_MUL, _PCG_INC, _PCG_OUT = 747796405, 2891336453, 277803737
@@ -62,85 +62,95 @@ class RandomState:
         self.draw_slots = {}      # task -> u32 Alloca counting the thread's draws
 
 
-class RandomMixin:
-    def random_call(self, name, args, kw):
-        """`sp.random(dtype=sp.f32)` or `sp.randn(dtype=sp.f32)`: one number per call."""
-        dtype = self.random_dtype(name, args, kw)
-        if self.task is None:
-            self.error(f"sp.{name}() must be called inside a loop or statement of the kernel body")
-        if name == "randn":
-            return self.normal_from(self.random_word(), dtype)
-        word = self.random_word()
-        if dtype.is_int:
-            return self.cast(word, dtype)   # i32: the same 32 bits
-        return self.uniform_from(word, dtype)
+def random_call(b, name, args, kw):
+    """`sp.random(dtype=sp.f32)` or `sp.randn(dtype=sp.f32)`: one number per call (the rows of CALLS)."""
+    dtype = random_dtype(b, name, args, kw)
+    if b.task is None:
+        b.error(f"sp.{name}() must be called inside a loop or statement of the kernel body")
+    if name == "randn":
+        return normal_from(b, random_word(b), dtype)
+    word = random_word(b)
+    if dtype.is_int:
+        return b.cast(word, dtype)   # i32: the same 32 bits
+    return uniform_from(b, word, dtype)
 
-    def random_dtype(self, name, args, kw):
-        unknown = set(kw) - {"dtype"}
-        if unknown or len(args) + len(kw) > 1:
-            self.error(f"sp.{name} takes one optional argument, the dtype (e.g. sp.{name}(sp.f32))")
-        dtype = kw.get("dtype", args[0] if args else T.f32)
-        dtype = {float: T.DEFAULT_FLOAT, int: T.DEFAULT_INT}.get(dtype, dtype)
-        allowed = "sp.f32 or sp.f64" + (", sp.i32 or sp.u32" if name == "random" else "")
-        if not isinstance(dtype, T.DType) or dtype.is_bool or (name == "randn" and not dtype.is_float):
-            what = "bool (sp.u1)" if dtype == T.u1 else dtype.name if isinstance(dtype, T.DType) else repr(dtype)
-            hint = "; for a random bool use sp.random(sp.u32) & 1 == 1" if dtype == T.u1 else ""
-            self.error(f"sp.{name} draws {allowed} numbers, not {what}{hint}")
-        return dtype
 
-    # ---- the key of one draw ----
-    def random_word(self):
-        """A fresh u32 for this draw (call site, loop iteration) of this thread of this launch."""
-        st = self.random
-        if st.key_param is None:
-            st.key_param = N.ScalarParam(RANDOM_KEY, T.u32, len(self.kernel.scalars))
-            self.kernel.scalars.append(st.key_param)
-        key = self.emit(N.ScalarArg(st.key_param))
-        tid = self.cast(self.emit(N.ThreadIndex()), T.u32) if self.task.kind == "parallel" else self.u32(0)
-        thread_key = self.pcg(self.xor(key, self.pcg(tid)))
-        word = self.pcg(self.xor(thread_key, self.u32(pcg_hash(st.sites))))
-        st.sites += 1
-        slot = st.draw_slots.get(self.task)
-        if slot is None:
-            slot = st.draw_slots[self.task] = self.new_slot(T.u32, "random_draws")
-        draw = self.emit(N.LocalLoad(slot))
-        self.emit(N.LocalStore(slot, self.compute(Op.ADD, draw, self.u32(1))))
-        return self.pcg(self.xor(word, self.pcg(draw)))
+def random_dtype(b, name, args, kw):
+    unknown = set(kw) - {"dtype"}
+    if unknown or len(args) + len(kw) > 1:
+        b.error(f"sp.{name} takes one optional argument, the dtype (e.g. sp.{name}(sp.f32))")
+    dtype = kw.get("dtype", args[0] if args else T.f32)
+    dtype = {float: T.DEFAULT_FLOAT, int: T.DEFAULT_INT}.get(dtype, dtype)
+    allowed = "sp.f32 or sp.f64" + (", sp.i32 or sp.u32" if name == "random" else "")
+    if not isinstance(dtype, T.DType) or dtype.is_bool or (name == "randn" and not dtype.is_float):
+        what = "bool (sp.u1)" if dtype == T.u1 else dtype.name if isinstance(dtype, T.DType) else repr(dtype)
+        hint = "; for a random bool use sp.random(sp.u32) & 1 == 1" if dtype == T.u1 else ""
+        b.error(f"sp.{name} draws {allowed} numbers, not {what}{hint}")
+    return dtype
 
-    # ---- u32 arithmetic (wrapping, as on the device and in the interpreter) ----
-    def u32(self, value):
-        return self.const(value & _MASK, T.u32)
 
-    def xor(self, a, b):
-        return self.compute(Op.BIT_XOR, a, b)
+# ---- the key of one draw ----
+def random_word(b):
+    """A fresh u32 for this draw (call site, loop iteration) of this thread of this launch."""
+    st = b.random
+    if st.key_param is None:
+        st.key_param = N.ScalarParam(RANDOM_KEY, T.u32, len(b.kernel.scalars))
+        b.kernel.scalars.append(st.key_param)
+    key = b.emit(N.ScalarArg(st.key_param))
+    tid = b.cast(b.emit(N.ThreadIndex()), T.u32) if b.task.kind == "parallel" else u32(b, 0)
+    thread_key = pcg(b, xor(b, key, pcg(b, tid)))
+    word = pcg(b, xor(b, thread_key, u32(b, pcg_hash(st.sites))))
+    st.sites += 1
+    slot = st.draw_slots.get(b.task)
+    if slot is None:
+        slot = st.draw_slots[b.task] = b.new_slot(T.u32, "random_draws")
+    draw = b.emit(N.LocalLoad(slot))
+    b.emit(N.LocalStore(slot, b.compute(Op.ADD, draw, u32(b, 1))))
+    return pcg(b, xor(b, word, pcg(b, draw)))
 
-    def pcg(self, v):
-        state = self.compute(Op.ADD, self.compute(Op.MUL, v, self.u32(_PCG_MUL)), self.u32(_PCG_INC))
-        shift = self.compute(Op.ADD, self.compute(Op.SHR, state, self.u32(28)), self.u32(4))
-        word = self.compute(Op.MUL, self.xor(self.compute(Op.SHR, state, shift), state), self.u32(_PCG_OUT))
-        return self.xor(self.compute(Op.SHR, word, self.u32(22)), word)
 
-    # ---- from words to numbers ----
-    def uniform_from(self, word, dtype, open_at_zero=False):
-        """A float in [0, 1) from the top 24 (f32) or 53 (f64: two words) bits: every step is exact, so the
-        device and the interpreter give the same bits. `open_at_zero`: in (0, 1] instead (for a log)."""
-        if dtype == T.f32:
-            bits = self.compute(Op.SHR, word, self.u32(8))
-            if open_at_zero:
-                bits = self.compute(Op.ADD, bits, self.u32(1))   # at most 2**24: still exact in f32
-            return self.compute(Op.MUL, self.cast(bits, T.f32), self.const(2.0 ** -24, T.f32))
-        high = self.cast(self.compute(Op.SHR, word, self.u32(5)), T.f64)              # 27 bits
-        low = self.cast(self.compute(Op.SHR, self.pcg(word), self.u32(6)), T.f64)     # 26 bits
-        value = self.compute(Op.ADD, self.compute(Op.MUL, high, self.const(2.0 ** 26, T.f64)), low)
+# ---- u32 arithmetic (wrapping, as on the device and in the interpreter) ----
+def u32(b, value):
+    return b.const(value & _MASK, T.u32)
+
+
+def xor(b, x, y):
+    return b.compute(Op.BIT_XOR, x, y)
+
+
+def pcg(b, v):
+    state = b.compute(Op.ADD, b.compute(Op.MUL, v, u32(b, _PCG_MUL)), u32(b, _PCG_INC))
+    shift = b.compute(Op.ADD, b.compute(Op.SHR, state, u32(b, 28)), u32(b, 4))
+    word = b.compute(Op.MUL, xor(b, b.compute(Op.SHR, state, shift), state), u32(b, _PCG_OUT))
+    return xor(b, b.compute(Op.SHR, word, u32(b, 22)), word)
+
+
+# ---- from words to numbers ----
+def uniform_from(b, word, dtype, open_at_zero=False):
+    """A float in [0, 1) from the top 24 (f32) or 53 (f64: two words) bits: every step is exact, so the
+    device and the interpreter give the same bits. `open_at_zero`: in (0, 1] instead (for a log)."""
+    if dtype == T.f32:
+        bits = b.compute(Op.SHR, word, u32(b, 8))
         if open_at_zero:
-            value = self.compute(Op.ADD, value, self.const(1.0, T.f64))   # at most 2**53: exact
-        return self.compute(Op.MUL, value, self.const(2.0 ** -53, T.f64))
+            bits = b.compute(Op.ADD, bits, u32(b, 1))   # at most 2**24: still exact in f32
+        return b.compute(Op.MUL, b.cast(bits, T.f32), b.const(2.0 ** -24, T.f32))
+    high = b.cast(b.compute(Op.SHR, word, u32(b, 5)), T.f64)              # 27 bits
+    low = b.cast(b.compute(Op.SHR, pcg(b, word), u32(b, 6)), T.f64)     # 26 bits
+    value = b.compute(Op.ADD, b.compute(Op.MUL, high, b.const(2.0 ** 26, T.f64)), low)
+    if open_at_zero:
+        value = b.compute(Op.ADD, value, b.const(1.0, T.f64))   # at most 2**53: exact
+    return b.compute(Op.MUL, value, b.const(2.0 ** -53, T.f64))
 
-    def normal_from(self, word, dtype):
-        """Box-Muller: sqrt(-2 log u1) cos(2 pi u2), u1 in (0, 1] (no log of 0), u2 in [0, 1)."""
-        second = self.pcg(word) if dtype == T.f32 else self.pcg(self.pcg(word))   # f64 uses two words each
-        u1 = self.uniform_from(word, dtype, open_at_zero=True)
-        u2 = self.uniform_from(second, dtype)
-        radius = self.compute(Op.SQRT, self.compute(Op.MUL, self.const(-2.0, dtype), self.compute(Op.LOG, u1)))
-        angle = self.compute(Op.MUL, self.const(2.0 * math.pi, dtype), u2)
-        return self.compute(Op.MUL, radius, self.compute(Op.COS, angle))
+
+def normal_from(b, word, dtype):
+    """Box-Muller: sqrt(-2 log u1) cos(2 pi u2), u1 in (0, 1] (no log of 0), u2 in [0, 1)."""
+    second = pcg(b, word) if dtype == T.f32 else pcg(b, pcg(b, word))   # f64 uses two words each
+    u1 = uniform_from(b, word, dtype, open_at_zero=True)
+    u2 = uniform_from(b, second, dtype)
+    radius = b.compute(Op.SQRT, b.compute(Op.MUL, b.const(-2.0, dtype), b.compute(Op.LOG, u1)))
+    angle = b.compute(Op.MUL, b.const(2.0 * math.pi, dtype), u2)
+    return b.compute(Op.MUL, radius, b.compute(Op.COS, angle))
+
+
+CALLS = {"random": with_keywords(lambda b, args, kw: random_call(b, "random", args, kw)),
+         "randn": with_keywords(lambda b, args, kw: random_call(b, "randn", args, kw))}

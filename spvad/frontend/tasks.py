@@ -7,7 +7,8 @@ from .. import types as T
 from ..errors import ThreadCountError
 from ..ir import nodes as N
 from ..ir.emit import PY_SCALARS
-from .values import ENDED
+from .arrays import user_ndim
+from .values import ENDED, FieldRef
 from .vectors import VecValue
 from ..ir.ops import Op
 
@@ -70,6 +71,7 @@ class TasksMixin:
             if not isinstance(t, ast.Name):
                 self.error("loop targets must be names")
             self.scope.names[t.id] = v
+            self.index_blocks[id(v)] = task.body
         self.loops.append("parallel")
         if any(self.continues_this_loop(s) for s in node.body):
             wrap = self.emit(N.RangeFor(self.const(0), self.const(1), 1, N.Block()))
@@ -91,23 +93,41 @@ class TasksMixin:
         return any(self.continues_this_loop(c) for c in ast.iter_child_nodes(node))
 
     def parallel_dims(self, node):
-        """The AST argument lists of each parallel dimension: [(args...)] for range/ndrange."""
+        """The AST argument lists of each parallel dimension: [(args...)] for range/ndrange; (array, axis) for
+        a loop over an ndarray."""
         it = node.iter
         if not isinstance(it, ast.Call):
-            self.at(node)
-            self.error("a parallel loop must iterate over range(...) or sp.ndrange(...)")
+            return self.array_dims(node)
         fn = self.peek(it.func)
         if fn is range:
             return [("range", it.args)]
         if getattr(fn, "_spvad_builtin", None) == "ndrange":
             return [("extent", [a]) for a in it.args]
         self.at(node)
-        self.error("a parallel loop must iterate over range(...) or sp.ndrange(...)")
+        self.error("a parallel loop must iterate over range(...), sp.ndrange(...) or an ndarray")
+
+    def array_dims(self, node):
+        """`for i, j in x:` over an ndarray (or `x.grad`): one parallel dimension per axis of x, as Taichi's
+        loop over a field."""
+        self.at(node)
+        base = self.visit(node.iter)
+        arr = base.array if isinstance(base, FieldRef) else base
+        if not isinstance(arr, N.ArrayParam):
+            self.error("a parallel loop must iterate over range(...), sp.ndrange(...) or an ndarray")
+        ndim = user_ndim(self, arr)
+        targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
+        if len(targets) != ndim:
+            names = ", ".join("ijkl"[k] if k < 4 else f"i{k}" for k in range(ndim))
+            self.error(f"array '{arr.name}' has {ndim} dimension(s): a loop over it takes one index per "
+                       f"dimension (for {names} in {arr.name})")
+        return [("axis", (arr, k)) for k in range(ndim)]
 
     def eval_dims(self, dims):
         out = []
         for kind, args in dims:
-            if kind == "range":
+            if kind == "axis":   # over an ndarray: 0 .. its extent along the axis
+                lo, hi, step = 0, self.emit(N.ArrayShape(*args)), 1
+            elif kind == "range":
                 lo, hi, step = self.range_args(args)
             else:
                 v = self.visit(args[0])

@@ -19,6 +19,55 @@ class VectorArgSpec:
         self.dtype = dtype
 
 
+class TemplateSpec:
+    """A `sp.template()` parameter bound to a Python value at compile time: the kernel is specialised per value
+    (`key`: numbers, strings and tuples or lists of them by value, any other object by identity)."""
+    ndim, needs_grad, needs_dual = None, False, False
+
+    def __init__(self, value):
+        self.value = value
+        self.key = ("template", template_key(value))
+
+    @property
+    def by_identity(self):
+        """Keyed by an object's identity (which another process cannot name: no on-disk cache entry)."""
+        return "identity" in repr(self.key)
+
+
+class TemplateValue:
+    """The binding of a sp.template() parameter's name: its value, read where it is used as a global name is
+    (an ndarray becomes an array, a small numpy array a constant vector, a number a constant)."""
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Identity:
+    """A key equal only for the very same object (which it keeps alive, so its id is not reused)."""
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return isinstance(other, Identity) and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __repr__(self):
+        return f"identity({id(self.obj):#x})"
+
+
+def template_key(value):
+    if value is None or type(value) in (bool, int, float, str):
+        return (type(value).__name__, value)   # 1, 1.0 and True are equal in Python, not in a kernel
+    if type(value) in (tuple, list):
+        return (type(value).__name__,) + tuple(template_key(v) for v in value)
+    return Identity(value)
+
+
 class Lazy:
     """A pure top-level expression, re-evaluated in each task that uses it (element `index` of it when
     it was unpacked: `n, m = x.shape`)."""

@@ -5,7 +5,7 @@ import numpy as np
 
 from .. import runtime
 from .. import types as T
-from ..frontend import VectorArgSpec
+from ..frontend import TemplateSpec, VectorArgSpec
 from ..frontend.random_numbers import random_key_index
 from .versions import bump_versions, companion
 
@@ -97,8 +97,9 @@ class BoundReplay:
 
 
 def _scalar_dtypes(specs):
-    """The scalar dtypes of a specialisation, or None when a vector argument is among them."""
-    if any(isinstance(s, VectorArgSpec) for s in specs):
+    """The scalar dtypes of a specialisation, or None when a vector argument (or a sp.template() value, which
+    selects the compiled kernel) is among them."""
+    if any(isinstance(s, (VectorArgSpec, TemplateSpec)) for s in specs):
         return None
     return tuple(s for s in specs if isinstance(s, T.DType))
 

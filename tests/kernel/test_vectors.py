@@ -540,7 +540,7 @@ def _k_compare(a: sp.Array):
 
 def _k_cross2(a: sp.Array):
     for i in range(a.shape[0]):
-        c = sp.cross(sp.vec2(1, 2), sp.vec2(3, 4))
+        c = sp.cross(sp.vec2(1, 2), sp.vec3(3, 4, 5))
 
 
 def _k_components(a: sp.Array):
@@ -575,7 +575,7 @@ ERRORS = [
     (_k_scalar_to_vector, "holds a scalar", "s = a[i]"),
     (_k_vector_to_scalar, "holds a vector", "v = 1.0"),
     (_k_compare, "comparing vectors", "a[i] < a[i]"),
-    (_k_cross2, "3-vectors", "sp.cross"),
+    (_k_cross2, "two 3-vectors or two 2-vectors", "sp.cross"),
     (_k_components, "needs 3 components", "sp.vec3(1.0, 2.0)"),
     (_k_store_into_scalar, "expected a scalar", "s[i] = a[i]"),
     (_k_float_of_vector, "expected a scalar", "float(a[i])"),
