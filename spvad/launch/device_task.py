@@ -82,7 +82,8 @@ class DeviceTask:
         rt, ct, low = self.rt, self.ct, self.ct.depth_probe
         if self.probe is None:
             pipe = rt.device.create_pipeline(low.code, name=ct.kernel_name + " (depth probe)",
-                                             num_buffers=low.num_buffers, push_constant_size=low.push_size)
+                                             num_buffers=low.num_buffers, push_constant_size=low.push_size,
+                                             fast_math=low.fast_math)
             self.probe = (pipe, rt.device.create_buffer(4 * ct.depth_words))
         pipe, counts = self.probe
         rt.sync()

@@ -154,8 +154,9 @@ class ProgramMixin:
 
     # -- pipelines ----------------------------------------------------------------------------------
     def create_pipeline(self, spirv, *, name, num_buffers, push_constant_size,
-                        spec_constants=None, entry="main"):
-        """See base.Device.create_pipeline. The shader module lives only during creation."""
+                        spec_constants=None, entry="main", fast_math=True):
+        """See base.Device.create_pipeline. The shader module lives only during creation; exact float
+        semantics (fast_math False) are NoContraction decorations in the SPIR-V, nothing to set here."""
         self._check_open()
         spirv = bytes(spirv)
         where = f"kernel '{name}' (backend vulkan): "
