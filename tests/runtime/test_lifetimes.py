@@ -134,7 +134,9 @@ def test_ctrl_c_during_a_long_kernel_exits_promptly(tmp_path):
     out, err = p.communicate(timeout=120)
     took = time.time() - t
     assert "KeyboardInterrupt" in err and "retries" not in out
-    assert took < 5.0, f"exit took {took:.1f} s after Ctrl-C"
+    # KeyboardInterrupt comes within a second and the exit does not wait for the ~30 s kernel; the process's
+    # own teardown took up to 5 s more on 2 loaded cores (measured with 4 busy processes beside it)
+    assert took < 10.0, f"exit took {took:.1f} s after Ctrl-C"
 
 
 @pytest.mark.parametrize("value", ["soon", "-3"])
