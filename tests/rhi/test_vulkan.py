@@ -192,6 +192,30 @@ def test_two_dependent_launches_one_batch(dev):
     np.testing.assert_array_equal(C.view(np.float32), a + 1.5)
 
 
+def test_a_buffer_released_while_its_batch_is_submitted_outlives_it(dev, monkeypatch):
+    """A release that runs inside the submission of the batch using the buffer (the garbage collector may
+    run an ndarray's __del__ there) is deferred to the next sync: the batch is in flight before
+    vkQueueSubmit. Destroyed at once, the buffer and its descriptor set would be gone while the command
+    buffer using them is submitted (the validation layer reports it; a GPU may fault)."""
+    n = 1000
+    a = np.arange(n, dtype=np.float32)
+    A, B, C = upload(dev, a), upload(dev, a), dev.create_buffer(4 * n)
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    dev.launch(pipe, [A, B, C], struct.pack("<I", n), groups_for(n))
+    original, released = dev._collector.mark, []
+
+    def mark_and_release():   # called by _flush between ending the command buffer's recording and submitting
+        if not released:
+            released.append(B.nbytes)
+            B.release()
+        return original()
+
+    monkeypatch.setattr(dev._collector, "mark", mark_and_release)
+    dev.sync()
+    assert released and B.released
+    np.testing.assert_array_equal(C.view(np.float32), 2 * a)
+
+
 def test_many_launches_then_one_sync(dev):
     n, steps = 256, 3000   # more than flush_every: early submits in a ring of command buffers
     X, Y = upload(dev, np.zeros(n, np.float32)), dev.create_buffer(4 * n)
