@@ -119,8 +119,7 @@ def _magnitude(L, x, negative):
 def _nonzero_divisor(L, y):
     """`y`, or 1 where it is 0: division by zero is undefined behaviour in SPIR-V (the interpreter raises;
     the device returns an unspecified value, never poisons the shader)."""
-    dt = T.u32
-    return L.emit(Op.OpSelect, dt, L.emit(Op.OpIEqual, T.u1, y, L.const(dt, 0)), L.const(dt, 1), y)
+    return L.emit(Op.OpSelect, T.u32, L.emit(Op.OpIEqual, T.u1, y, L.const(T.u32, 0)), L.const(T.u32, 1), y)
 
 
 def _i_divmod(L, s, a):
@@ -190,7 +189,7 @@ def _powi(L, s, a):
     if neg is None:
         return r
     if dt.is_float:   # 1 / r, and +-0 where x**|n| overflowed: Vulkan defines 1 / r only for |r| <= 2**126
-        inv = L.emit(Op.OpSelect, dt, L.emit(Op.OpIsInf, T.u1, r),   # (NVIDIA's f64 gave 1 / inf = 1.0)
+        inv = L.emit(Op.OpSelect, dt, L.emit(Op.OpIsInf, T.u1, r),   # (NVIDIA's f64 gave 1.0 for 1.5 ** INT_MIN)
                      L.emit(Op.OpFMul, dt, L.glsl(GLSL.FSign, dt, r), L.const(dt, 0.0)),
                      L.emit(Op.OpFDiv, dt, L.const(dt, 1.0), r))
     else:   # the truncation of x ** n for n < 0: x**|n| (= +-1) when x is 1 or -1, else 0
@@ -228,7 +227,7 @@ def _compare(f, i, u, b=None):
 
 def _float_to_int(L, src, dst, x):
     """Truncation toward zero, saturating as the interpreter does: NaN -> 0, x beyond the type -> its
-    nearest end (OpConvertFToS/U are undefined there; NVIDIA saturates, other drivers may wrap). Only
+    nearest end (OpConvertFToS/U are undefined there, and drivers differ). Only
     values inside [lo, hi + 1) reach the conversion. An f32 `hi + 1` (2**31, 2**32) is exact."""
     lo, hi = T.INT_RANGE[dst.name]
     inside = L.emit(Op.OpLogicalAnd, T.u1, L.emit(Op.OpFOrdGreaterThanEqual, T.u1, x, L.const(src, float(lo))),
