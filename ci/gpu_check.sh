@@ -52,6 +52,13 @@ fi
 # ---- there: the environment ----------------------------------------------------------------------------------
 missing=()
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} SPVAD_DEVICE=$DEVICE PYTHONUNBUFFERED=1
+# NVIDIA's libnvidia-tls uses static TLS: loaded again by a second Vulkan instance in one process (sp.init after
+# sp.reset, as the tests do) it failed with "cannot allocate memory in static TLS block" (H200, driver 580.159)
+# until glibc reserved more optional static TLS for libraries loaded later
+case ":${GLIBC_TUNABLES:-}:" in
+  *:glibc.rtld.optional_static_tls=*) ;;
+  *) export GLIBC_TUNABLES=${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.rtld.optional_static_tls=16384 ;;
+esac
 [ -d "$KIT"/bin ] && export PATH=$PATH:$KIT/bin                      # the machine's own tools come first
 has_lib() { ldconfig -p | grep "$1 " >/dev/null; }                   # (grep -q would SIGPIPE ldconfig)
 kit_libs=
@@ -97,7 +104,8 @@ fi
 echo "== machine: $(uname -m), CPU: $(LC_ALL=C lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), python: $PY"
 command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "nvidia-smi: not found (no NVIDIA driver here)"
 command -v vulkaninfo >/dev/null && { vulkaninfo --summary 2>&1 | sed -n '/^Devices:/,$p' | head -30; }
-echo "SPVAD_DEVICE=$SPVAD_DEVICE VK_DRIVER_FILES=${VK_DRIVER_FILES:-} LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+echo "SPVAD_DEVICE=$SPVAD_DEVICE VK_DRIVER_FILES=${VK_DRIVER_FILES:-} LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" \
+     "GLIBC_TUNABLES=$GLIBC_TUNABLES"
 if [ ${#missing[@]} -gt 0 ]; then
   echo "MISSING, cannot run:"; printf '  - %s\n' "${missing[@]}"; exit 3
 fi

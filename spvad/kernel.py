@@ -56,10 +56,11 @@ def _annotation(fn, name, ann):
 class Kernel:
     """A compiled-on-demand kernel. Call it to launch; `.grad`/`.fwd` launch its derivatives."""
 
-    def __init__(self, fn, ad_stack_size=None):
+    def __init__(self, fn, ad_stack_size=None, fast_math=None):
         self.fn = fn
         self.name = fn.__name__
         self.ad_stack_size = ad_stack_size
+        self.fast_math = runtime.checked_fast_math(fast_math, "@sp.kernel")   # None: sp.init's
         functools.update_wrapper(self, fn)
         sig = inspect.signature(fn)
         self.params = []
@@ -180,16 +181,17 @@ class Kernel:
         rt = runtime.get()
         mode = Mode(mode) if isinstance(mode, str) else mode   # a kind's name: "primal", "reverse", ...
         skip = skipped_passes()
+        fast_math = rt.fast_math if self.fast_math is None else self.fast_math   # the kernel's option wins
         key = (tuple(s if isinstance(s, T.DType) else s.key if isinstance(s, TemplateSpec) else
                      (s.dtype, s.ndim, s.needs_grad, s.needs_dual) for s in specs), mode,
                self.ad_stack_size or rt.ad_stack_size,
-               tuple(sorted(features.items())) if features else None, skip, rt.debug, rt.serial)
+               tuple(sorted(features.items())) if features else None, skip, fast_math, rt.debug, rt.serial)
         ck = self._cache.get(key)
         if ck is None:
             info = rt.device.info
             target = Target(code=rt.code, features=tuple(sorted((features or info["features"]).items())),
                             local_size=info.get("preferred_local_size", 128), bounds_check=rt.debug,
-                            validate=rt.validate_spirv, skip=skip)
+                            validate=rt.validate_spirv, skip=skip, fast_math=fast_math)
             disk_key = None
             if rt.code == "spirv" and cache.cache_dir() is not None and not any(   # the interpreter's are
                     isinstance(s, TemplateSpec) and s.by_identity for s in specs):     # made afresh
@@ -448,7 +450,7 @@ def _release_compiled(compiled):
             rt.release_tasks({id(ct) for ck in compiled.values() for ct in ck.tasks})
 
 
-def kernel(fn=None, *, ad_stack_size=None):
+def kernel(fn=None, *, ad_stack_size=None, fast_math=None):
     if fn is None:
-        return lambda f: Kernel(f, ad_stack_size)
-    return Kernel(fn, ad_stack_size)
+        return lambda f: Kernel(f, ad_stack_size, fast_math)
+    return Kernel(fn, ad_stack_size, fast_math)

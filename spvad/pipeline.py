@@ -67,6 +67,7 @@ class Target:
     bounds_check: bool = False   # sp.init(debug=True): every global access checks its indices
     validate: bool = False       # spirv-val every module; verify the IR after every pass
     skip: tuple = ()             # optimiser passes left out (names of OPTIMISE)
+    fast_math: bool = True       # False: float operations exact as written (spirv/module.py FLOAT_ARITHMETIC)
 
 
 @dataclass(eq=False)
@@ -248,7 +249,7 @@ class Lowering:
         if t.code == "ir":
             return lower_for_interp(self.kernel, self.task, local_size=local, homes=homes)
         low = lower_task(self.kernel, self.task, local_size=local, features=dict(t.features), homes=homes,
-                         bounds_check=t.bounds_check, coarsen="coarsen" not in t.skip)
+                         bounds_check=t.bounds_check, coarsen="coarsen" not in t.skip, fast_math=t.fast_math)
         if t.validate:   # a coarsened task's second module (its last n % 4 elements) reaches the driver too
             for module in (low, low.tail) if low.tail is not None else (low,):
                 tools.validate(module.spirv, kernel_name=f"{self.kernel_name} ({self.task.name})")

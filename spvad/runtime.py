@@ -21,7 +21,7 @@ LOCK = threading.RLock()
 
 class Runtime:
     def __init__(self, backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None,
-                 random_seed=0):
+                 random_seed=0, fast_math=True):
         backend = os.environ.get("SPVAD_BACKEND", backend) or "auto"
         selector = os.environ.get("SPVAD_DEVICE", device)
         if isinstance(selector, str) and selector.isdigit():
@@ -35,6 +35,7 @@ class Runtime:
         self.serial = next(_serials)   # compile caches are per runtime (captured arrays, features)
         self.ad_stack_size = ad_stack_size
         self.debug = debug
+        self.fast_math = fast_math   # kernels without their own fast_math option take this one
         if validate_spirv is None:
             validate_spirv = debug or "pytest" in sys.modules
         self.validate_spirv = validate_spirv
@@ -96,11 +97,13 @@ class SharedPipelines:
         self.device, self.live, self.idle = device, {}, {}
 
     def get(self, low, name, spec):
-        key = (low.code, low.num_buffers, low.push_size, tuple(sorted(spec.items())) if spec else ())
+        key = (low.code, low.num_buffers, low.push_size, tuple(sorted(spec.items())) if spec else (),
+               low.fast_math)
         ref = self.live.get(key) or self.idle.pop(key, None)
         if ref is None:
             pipeline = self.device.create_pipeline(low.code, name=name, num_buffers=low.num_buffers,
-                                                   push_constant_size=low.push_size, spec_constants=spec or None)
+                                                   push_constant_size=low.push_size, spec_constants=spec or None,
+                                                   fast_math=low.fast_math)
             ref = SharedPipeline(self, key, pipeline)
         self.live[key] = ref
         ref.users += 1
@@ -158,13 +161,24 @@ class SparePool:
         self.free = {}
 
 
-def init(backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None, random_seed=0):
+def init(backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None, random_seed=0,
+         fast_math=True):
     global _current
     random_seed = _checked_seed(random_seed)   # before reset: a rejected call changes nothing
+    fast_math = checked_fast_math(fast_math, "sp.init")
     with LOCK:
         reset()
-        _current = Runtime(backend, device, ad_stack_size, debug, validate_spirv, random_seed)
+        _current = Runtime(backend, device, ad_stack_size, debug, validate_spirv, random_seed, fast_math)
         return _current
+
+
+def checked_fast_math(value, where):
+    """The fast_math option of sp.init / @sp.kernel: True or False (None, for a kernel: the runtime's)."""
+    if value is None and where != "sp.init":
+        return None
+    if not isinstance(value, bool):
+        raise ArgumentError(f"{where}(fast_math=...) must be True or False, got {value!r}")
+    return bool(value)
 
 
 def _checked_seed(seed):

@@ -246,7 +246,7 @@ def python_scalar_dtype(value):
     return None
 
 
-_INT_RANGE = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1)}
+INT_RANGE = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1)}   # the values of each integer dtype
 _FLOAT_MAX = {"f32": float(np.finfo(np.float32).max), "f64": float(np.finfo(np.float64).max)}
 
 
@@ -255,7 +255,7 @@ def fits(value, dtype):
     if dtype.is_bool:
         return True
     if dtype.is_int:
-        lo, hi = _INT_RANGE[dtype.name]
+        lo, hi = INT_RANGE[dtype.name]
         return lo <= int(value) <= hi
     v = float(value)
     return not np.isfinite(v) or abs(v) <= _FLOAT_MAX[dtype.name]

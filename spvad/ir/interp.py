@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from ..errors import SpvadError, ThreadCountError
+from ..types import INT_RANGE
 from . import nodes as N
 from .ops import Op
 from .print_format import append_record, value_bits
@@ -76,17 +77,19 @@ def _shift(fn):
 
 
 def _cast(dt, a):
-    """CAST to `dt`: float->int truncates toward zero (and wraps; out of range is undefined on the GPU),
-    bool->number gives 0/1, number->bool is `!= 0`, int->int keeps the 32-bit pattern."""
+    """CAST to `dt`: float->int truncates toward zero and saturates (NaN -> 0, beyond the type -> its
+    nearest end; spirv/lower_ops._float_to_int), bool->number gives 0/1, number->bool is `!= 0`, int->int
+    keeps the 32-bit pattern."""
     if dt.is_bool:
         return np.bool_(a != 0)
     if isinstance(a, np.bool_):
         return dt.np.type(int(a))
     if dt.is_int:
         if isinstance(a, np.floating):
-            if not math.isfinite(a):
-                raise ValueError(f"cast of {a} to {dt} is undefined")
-            return _wrap(math.trunc(float(a)), dt)
+            lo, hi = INT_RANGE[dt.name]
+            v = float(a)
+            t = 0 if v != v else math.trunc(v) if math.isfinite(v) else hi if v > 0 else lo
+            return dt.np.type(min(max(t, lo), hi))
         return _wrap(a, dt)
     return dt.np.type(a)
 

@@ -43,8 +43,14 @@ def launch(ck, arrays, scalars, extra=(), views=None):
         if ct.depth_probe is not None:
             spec = {**(spec or {}), **on_device.measure_depths(arrays, scalars, shapes, n)}
         low, extra_buffers = ct.lowered, []
-        if low.adstacks:   # the stack homes, hence the module variant, depend on the capacities
-            low = ct.variant(on_device.homes(spec))
+        local = low.local_size
+        if LOCAL_SIZE_SPEC_ID in low.spec_ids and n is not None and n <= SMALL_LAUNCH:
+            # a narrow group for a small launch (lavapipe runs every lane of a group); one narrow width
+            # only, so a kernel compiles at most two pipelines
+            local = min(local, NARROW_GROUP)
+            spec = {**(spec or {}), LOCAL_SIZE_SPEC_ID: local}
+        if low.adstacks:   # the stack homes, hence the module variant, depend on the capacities (and driver)
+            low = on_device.variant(spec)
             records = None
         if low.flag_binding is not None:
             extra_buffers.append(on_device.flag_buffer())
@@ -52,12 +58,6 @@ def launch(ck, arrays, scalars, extra=(), views=None):
             extra_buffers.append(on_device.stack_heap(low, spec, n))
         if low.print_binding is not None:
             extra_buffers.append(print_buffer(rt, low))
-        local = low.local_size
-        if LOCAL_SIZE_SPEC_ID in low.spec_ids and n is not None and n <= SMALL_LAUNCH:
-            # a narrow group for a small launch (lavapipe runs every lane of a group); one narrow width
-            # only, so a kernel compiles at most two pipelines
-            local = min(local, NARROW_GROUP)
-            spec = {**(spec or {}), LOCAL_SIZE_SPEC_ID: local}
         if n is None:   # the counting launch first: the dispatches below read the groups it writes
             call, recorded, push = on_device.count.launch(arrays, scalars, shapes)
             if records is not None:

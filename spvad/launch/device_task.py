@@ -5,8 +5,8 @@ import os
 import numpy as np
 
 from ..autodiff.adstack import round_up_pow2
-from ..errors import DeviceError, SpvadError
-from ..spirv.lower_adstack import HOMES, choose_homes, function_budget_words
+from ..errors import DeviceError, PipelineCreationError, SpvadError
+from ..spirv.lower_adstack import BUFFER, FUNCTION, HOMES, choose_homes, function_budget_words
 from .device_count import DeviceCount
 from .dispatch import BufferArg, dispatch
 from .flags import overflow_error, read_flags
@@ -34,6 +34,7 @@ class DeviceTask:
         self.last_spec = None  # specialisation of the last launch: the capacities an overflow message names
         # a thread count read from arrays: its counting launch (device_count.py)
         self.count = DeviceCount(rt, ct) if ct.thread_count is not None else None
+        self.refused = set()   # (homes, spec items) whose Function-scope stacks the driver refused
 
     def release(self):
         """Give back everything (the device defers destruction while recorded launches may use it)."""
@@ -47,14 +48,41 @@ class DeviceTask:
     # ---- what a launch needs ----
     def homes(self, spec):
         """Home of each adstack for capacities `spec`: SPVAD_ADSTACK_HOME when set to function/buffer, else
-        Function scope while the stacks fit the device's budget (see lower_adstack.FUNCTION_BUDGET_WORDS)."""
+        Function scope while the stacks fit the device's budget (see lower_adstack.FUNCTION_BUDGET_WORDS)
+        and the driver did not refuse them (see `variant`)."""
         mode = os.environ.get(HOME_ENV, "auto") or "auto"
         if mode not in HOMES + ("auto",):
             raise SpvadError(f"{HOME_ENV}={mode!r}: expected 'function', 'buffer' or 'auto'")
-        return choose_homes(self.ct.stack_shapes, spec, function_budget_words(self.rt.device.info), mode)
+        homes = choose_homes(self.ct.stack_shapes, spec, function_budget_words(self.rt.device.info), mode)
+        if mode == "auto" and (homes, _items(spec)) in self.refused:
+            return (BUFFER,) * len(homes)
+        return homes
+
+    def variant(self, spec):
+        """The module a launch with specialisation `spec` runs (a task with adstacks): its pipeline is made
+        here, so that when the driver refuses the Function-scope stacks (NVIDIA: "failed to validate local
+        memory", a limit no device reports) the launch retries once with every stack in the storage buffer,
+        and remembers it for this specialisation. A forced SPVAD_ADSTACK_HOME is never overridden."""
+        homes = self.homes(spec)
+        low = self.ct.variant(homes)
+        if FUNCTION not in homes or (os.environ.get(HOME_ENV) or "auto") != "auto":
+            return low
+        try:
+            self.pipeline(spec, low)
+            return low
+        except PipelineCreationError as refused:
+            self.refused.add((homes, _items(spec)))
+            fallback = self.ct.variant((BUFFER,) * len(homes))
+            try:
+                self.pipeline(spec, fallback)
+            except PipelineCreationError as again:
+                again.args = (f"{again.args[0]}\n(first refused with its adstacks in Function scope: "
+                              f"{refused.args[0]})",)
+                raise again from None
+            return fallback
 
     def pipeline(self, spec, low):
-        key = (low.homes, low.rest, tuple(sorted(spec.items())) if spec else ())
+        key = (low.homes, low.rest, _items(spec))
         ref = self.pipelines.get(key)
         if ref is None:
             ref = self.pipelines[key] = self.rt.shared_pipelines.get(low, self.ct.kernel_name, spec)
@@ -85,7 +113,8 @@ class DeviceTask:
         rt, ct, low = self.rt, self.ct, self.ct.depth_probe
         if self.probe is None:
             pipe = rt.device.create_pipeline(low.code, name=ct.kernel_name + " (depth probe)",
-                                             num_buffers=low.num_buffers, push_constant_size=low.push_size)
+                                             num_buffers=low.num_buffers, push_constant_size=low.push_size,
+                                             fast_math=low.fast_math)
             self.probe = (pipe, rt.device.create_buffer(4 * ct.depth_words))
         pipe, counts = self.probe
         rt.sync()
@@ -133,3 +162,8 @@ class DeviceTask:
 
     def capacity(self, stack):
         return (self.last_spec or {}).get(stack.capacity_spec_id, stack.capacity)
+
+
+def _items(spec):
+    """A specialisation as a hashable key."""
+    return tuple(sorted(spec.items())) if spec else ()

@@ -95,10 +95,12 @@ class Device(ABC):
 
     @abstractmethod
     def create_pipeline(self, spirv, *, name, num_buffers, push_constant_size,
-                        spec_constants=None, entry="main"):
+                        spec_constants=None, entry="main", fast_math=True):
         """Build a compute pipeline from SPIR-V bytes. ``spec_constants`` maps SpecId to an int,
-        float or bool (4-byte values). Raises PipelineCreationError naming ``name``, the backend,
-        the driver result and the driver's messages; the device stays usable."""
+        float or bool (4-byte values). ``fast_math`` False: the backend's compiler must not use fast
+        math (Metal's fastMathEnabled); on Vulkan the SPIR-V itself says it (NoContraction).
+        Raises PipelineCreationError naming ``name``, the backend, the driver result and the driver's
+        messages; the device stays usable."""
 
     @abstractmethod
     def launch(self, pipeline, buffers, push_constants, groups):

@@ -50,6 +50,7 @@ class LoweredTask:
     tail: object = None         # a coarsened task's `rest` module, dispatched after it when n % 4 != 0
     print_binding: int = None   # binding of the print buffer (lower_print.py), bound last, or None
     print_formats: tuple = ()   # (format id, pieces, value dtypes) of each Print, for the host's decoding
+    fast_math: bool = True      # False: float arithmetic decorated NoContraction, compiled without fast math
 
     def threads(self, n):
         """Threads a launch of `n` elements (the task header's count) needs."""
@@ -66,15 +67,18 @@ class LoweredTask:
         return self.spirv
 
 
-def lower_task(kernel, task, *, local_size=128, features=None, homes=None, bounds_check=False, coarsen=False):
+def lower_task(kernel, task, *, local_size=128, features=None, homes=None, bounds_check=False, coarsen=False,
+               fast_math=True):
     """Lower `task` of `kernel` to SPIR-V; raise LoweringError when the device cannot run it. `homes`:
     "function" or "buffer" per adstack (nodes.adstacks_of order); None puts every stack in Function scope.
-    `bounds_check` (debug builds): every global access checks its indices (lower_bounds.py)."""
+    `bounds_check` (debug builds): every global access checks its indices (lower_bounds.py). `fast_math`
+    False: every float operation is computed as written (NoContraction: no FMA, no reassociation)."""
     features = dict(DEFAULT_FEATURES if features is None else features)
     local_size = local_size if task.kind == "parallel" else 1
-    low = _Lowerer(kernel, task, local_size, features, homes, bounds_check, coarsen).run()
+    options = dict(homes=homes, bounds_check=bounds_check, coarsen=coarsen, fast_math=fast_math)
+    low = _Lowerer(kernel, task, local_size, features, **options).run()
     if low.per_thread > 1:
-        low.tail = _Lowerer(kernel, task, local_size, features, homes, bounds_check, coarsen, rest=True).run()
+        low.tail = _Lowerer(kernel, task, local_size, features, rest=True, **options).run()
     return low
 
 
@@ -84,10 +88,11 @@ LOOP_ITERATION_CAP = 65535
 
 class _Lowerer:
     def __init__(self, kernel, task, local_size, features, homes=None, bounds_check=False, coarsen=False,
-                 rest=False):
+                 rest=False, fast_math=True):
         self.kernel, self.task, self.local_size, self.features = kernel, task, local_size, features
         self.adaptive_local_size = task.kind == "parallel" and bool((features or {}).get("adaptive_local_size"))
-        self.m = m = Module(version=(1, 3))
+        self.fast_math = fast_math
+        self.m = m = Module(version=(1, 3), exact_float=not fast_math)
         m.capability(Capability.Shader)
         self.glsl_set = m.ext_inst_import(GLSL_SET)
         self.vals = {}         # IR value statement -> SPIR-V id
@@ -226,7 +231,7 @@ class _Lowerer:
             spec_ids={k: v[0] for k, v in self.spec_ids.items()}, homes=lay.homes, stack_heap=lay.heap,
             flag_words=lay.flag_words, bounds_word=lay.bounds_word, bounds_sites=lay.bounds_sites,
             bounds_axes=lay.bounds_axes, per_thread=lay.per_thread, rest=self.rest,
-            print_binding=lay.print_binding, print_formats=formats_of(self.task))
+            print_binding=lay.print_binding, print_formats=formats_of(self.task), fast_math=self.fast_math)
 
     # ---- statements ----
     def block(self, block):

@@ -20,10 +20,12 @@ HOMES = (FUNCTION, BUFFER)
 #   its Function arrays (0.5 s at 1,024 floats, 4 s at 4,096, 90 s at 65,536), while a buffer stack runs
 #   only ~25% slower (benchmarks/adstack_depth.py: 1,024 steps compile in 0.46 s vs 0.05 s, run in 6.0 vs
 #   7.9 ms): 256 words, so a stack compiles in tens of milliseconds at any depth.
-# - GPUs: NVIDIA refuses ~34 KiB (~8,700 words) of Function scratch and Apple's translator rejects large
-#   per-thread arrays: 4,096 words (16 KiB) leaves headroom for the kernel's other locals.
+# - GPUs: NVIDIA's driver (H200, 580.159) refused 16 KiB of Function-scope stacks ("failed to validate
+#   local memory"), Quadrants saw ~34 KiB refused elsewhere, and Apple's translator rejects large per-thread
+#   arrays: 1,024 words (4 KiB). A pipeline refused all the same is retried with every stack in the buffer
+#   (launch/device_task.py DeviceTask.variant).
 FUNCTION_BUDGET_WORDS = {"cpu": 256}
-DEFAULT_FUNCTION_BUDGET_WORDS = 4096
+DEFAULT_FUNCTION_BUDGET_WORDS = 1024
 
 
 def function_budget_words(device_info):

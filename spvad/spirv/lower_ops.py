@@ -3,7 +3,9 @@
 
 A row is `row(L, s, args) -> result id`, where `L` is the lowerer (spirv/lower.py), `s` the Compute
 statement and `args` its operand ids. Semantics follow ir/interp.py (Python's floor division and modulo,
-round half away from zero, shifts by the low 5 bits, `!=` true on NaN).
+round half away from zero, shifts by the low 5 bits, `!=` true on NaN, saturating float -> integer casts),
+built from instructions Vulkan defines for every operand: never OpSRem/OpSMod (undefined for negative
+operands), never a division by zero, never an out-of-range OpConvertFToS/U.
 """
 import math
 from dataclasses import dataclass
@@ -108,16 +110,36 @@ def _hypot(L, s, a):
     return L.emit(Op.OpFMul, dt, m, root)
 
 
+def _magnitude(L, x, negative):
+    """|x| of an i32 as a u32 (|INT_MIN| = 2**31 fits): 0 - x wraps, which SPIR-V defines."""
+    return L.emit(Op.OpBitcast, T.u32, L.emit(Op.OpSelect, T.i32, negative,
+                                              L.emit(Op.OpISub, T.i32, L.const(T.i32, 0), x), x))
+
+
+def _nonzero_divisor(L, y):
+    """`y`, or 1 where it is 0: division by zero is undefined behaviour in SPIR-V (the interpreter raises;
+    the device returns an unspecified value, never poisons the shader)."""
+    return L.emit(Op.OpSelect, T.u32, L.emit(Op.OpIEqual, T.u1, y, L.const(T.u32, 0)), L.const(T.u32, 1), y)
+
+
 def _i_divmod(L, s, a):
-    """Python (a // b, a % b) on i32 from the truncating OpSDiv/OpSRem: when the remainder is non-zero
-    and its sign differs from b's, q -= 1 and r += b. (Not OpSMod: lavapipe's gives the remainder.)"""
-    dt, (x, y) = s.dtype, a
-    q, r = L.emit(Op.OpSDiv, dt, x, y), L.emit(Op.OpSRem, dt, x, y)
-    zero = L.const(dt, 0)
-    fix = L.emit(Op.OpLogicalAnd, T.u1, L.emit(Op.OpINotEqual, T.u1, r, zero),
-                 L.emit(Op.OpSLessThan, T.u1, L.emit(Op.OpBitwiseXor, dt, r, y), zero))
-    return (L.emit(Op.OpSelect, dt, fix, L.emit(Op.OpISub, dt, q, L.const(dt, 1)), q),
-            L.emit(Op.OpSelect, dt, fix, L.emit(Op.OpIAdd, dt, r, y), r))
+    """Python (a // b, a % b) on i32 from operations Vulkan defines for every operand: OpUDiv of the
+    magnitudes. (Vulkan leaves OpSRem and OpSMod undefined for negative operands, and NVIDIA's gave wrong
+    remainders; OpSDiv overflows on INT_MIN / -1.) With q, r = |x| // |y|, |x| % |y|: where the signs differ,
+    q = -q, or -q - 1 (= ~q) and r = |y| - r when r != 0; r takes y's sign."""
+    (x, y), i32, u32 = a, T.i32, T.u32
+    zero = L.const(i32, 0)
+    x_neg, y_neg = (L.emit(Op.OpSLessThan, T.u1, v, zero) for v in (x, y))
+    ax, ay = _magnitude(L, x, x_neg), _nonzero_divisor(L, _magnitude(L, y, y_neg))
+    q = L.emit(Op.OpUDiv, u32, ax, ay)
+    r = L.emit(Op.OpISub, u32, ax, L.emit(Op.OpIMul, u32, q, ay))
+    differ = L.emit(Op.OpLogicalNotEqual, T.u1, x_neg, y_neg)
+    fix = L.emit(Op.OpLogicalAnd, T.u1, differ, L.emit(Op.OpINotEqual, T.u1, r, L.const(u32, 0)))
+    q = L.emit(Op.OpSelect, u32, fix, L.emit(Op.OpNot, u32, q),
+               L.emit(Op.OpSelect, u32, differ, L.emit(Op.OpISub, u32, L.const(u32, 0), q), q))
+    r = L.emit(Op.OpSelect, u32, fix, L.emit(Op.OpISub, u32, ay, r), r)
+    r = L.emit(Op.OpSelect, u32, y_neg, L.emit(Op.OpISub, u32, L.const(u32, 0), r), r)
+    return L.emit(Op.OpBitcast, i32, q), L.emit(Op.OpBitcast, i32, r)
 
 
 def _i_floordiv(L, s, a):
@@ -126,6 +148,18 @@ def _i_floordiv(L, s, a):
 
 def _i_mod(L, s, a):
     return _i_divmod(L, s, a)[1]
+
+
+def _u_div(opcode):
+    """u32 // and %: OpUDiv / OpUMod, defined for every divisor but 0."""
+    return lambda L, s, a: L.emit(opcode, T.u32, a[0], _nonzero_divisor(L, a[1]))
+
+
+def _i_abs(L, s, a):
+    # 0 - x where x < 0, wrapping for INT_MIN as the interpreter does (GLSL SAbs leaves INT_MIN open)
+    x = a[0]
+    neg = L.emit(Op.OpSLessThan, T.u1, x, L.const(T.i32, 0))
+    return L.emit(Op.OpSelect, T.i32, neg, L.emit(Op.OpISub, T.i32, L.const(T.i32, 0), x), x)
 
 
 def _f_floordiv(L, s, a):
@@ -154,8 +188,10 @@ def _powi(L, s, a):
             b = L.emit(mul, dt, b, b)
     if neg is None:
         return r
-    if dt.is_float:
-        inv = L.emit(Op.OpFDiv, dt, L.const(dt, 1.0), r)
+    if dt.is_float:   # 1 / r, and +-0 where x**|n| overflowed: Vulkan defines 1 / r only for |r| <= 2**126
+        inv = L.emit(Op.OpSelect, dt, L.emit(Op.OpIsInf, T.u1, r),   # (NVIDIA's f64 gave 1.0 for 1.5 ** INT_MIN)
+                     L.emit(Op.OpFMul, dt, L.glsl(GLSL.FSign, dt, r), L.const(dt, 0.0)),
+                     L.emit(Op.OpFDiv, dt, L.const(dt, 1.0), r))
     else:   # the truncation of x ** n for n < 0: x**|n| (= +-1) when x is 1 or -1, else 0
         unit = L.emit(Op.OpIEqual, T.u1, x, L.const(dt, 1))
         if dt == T.i32:
@@ -189,6 +225,24 @@ def _compare(f, i, u, b=None):
     return _kinds(**{k: v for k, v in rows.items() if v})
 
 
+def _float_to_int(L, src, dst, x):
+    """Truncation toward zero, saturating as the interpreter does: NaN -> 0, x beyond the type -> its
+    nearest end (OpConvertFToS/U are undefined there, and drivers differ). Only
+    values inside [lo, hi + 1) reach the conversion. An f32 `hi + 1` (2**31, 2**32) is exact."""
+    lo, hi = T.INT_RANGE[dst.name]
+    inside = L.emit(Op.OpLogicalAnd, T.u1, L.emit(Op.OpFOrdGreaterThanEqual, T.u1, x, L.const(src, float(lo))),
+                    L.emit(Op.OpFOrdLessThan, T.u1, x, L.const(src, float(hi) + 1.0)))
+    safe = L.emit(Op.OpSelect, src, inside, x, L.const(src, 0.0))
+    converted = L.emit(Op.OpConvertFToS if dst.kind == "i" else Op.OpConvertFToU, dst, safe)
+    below = L.const(dst, 0)   # NaN, and below 0 for u32
+    if lo:
+        below = L.emit(Op.OpSelect, dst, L.emit(Op.OpFOrdLessThan, T.u1, x, L.const(src, 0.0)), L.const(dst, lo),
+                       below)
+    end = L.emit(Op.OpSelect, dst, L.emit(Op.OpFOrdGreaterThan, T.u1, x, L.const(src, 0.0)), L.const(dst, hi),
+                 below)
+    return L.emit(Op.OpSelect, dst, inside, converted, end)
+
+
 def _cast(L, s, a):
     src, dst, x = s.args[0].dtype, s.dtype, a[0]
     if src == dst:
@@ -199,8 +253,7 @@ def _cast(L, s, a):
         ne = Op.OpFUnordNotEqual if src.is_float else Op.OpINotEqual
         return L.emit(ne, T.u1, x, L.const(src, 0))
     if src.is_float:
-        return L.emit(Op.OpFConvert if dst.is_float else
-                      Op.OpConvertFToS if dst.kind == "i" else Op.OpConvertFToU, dst, x)
+        return L.emit(Op.OpFConvert, dst, x) if dst.is_float else _float_to_int(L, src, dst, x)
     if dst.is_float:
         return L.emit(Op.OpConvertSToF if src.kind == "i" else Op.OpConvertUToF, dst, x)
     return L.emit(Op.OpBitcast, dst, x)   # i32 <-> u32 keep the bit pattern
@@ -208,7 +261,7 @@ def _cast(L, s, a):
 
 LOWER = {
     IROp.NEG: _kinds(f=_op(Op.OpFNegate), i=_op(Op.OpSNegate), u=_op(Op.OpSNegate)),
-    IROp.ABS: _kinds(f=_glsl(GLSL.FAbs), i=_glsl(GLSL.SAbs), u=_same),
+    IROp.ABS: _kinds(f=_glsl(GLSL.FAbs), i=_i_abs, u=_same),
     IROp.SIGN: _kinds(f=_glsl(GLSL.FSign), i=_glsl(GLSL.SSign), u=_u_sign),
     IROp.STOP_GRADIENT: _same,   # the identity: its operand's id
     IROp.SIN: _glsl(GLSL.Sin, narrow=True),
@@ -239,8 +292,8 @@ LOWER = {
     IROp.SUB: _kinds(f=_op(Op.OpFSub), i=_op(Op.OpISub), u=_op(Op.OpISub)),
     IROp.MUL: _kinds(f=_op(Op.OpFMul), i=_op(Op.OpIMul), u=_op(Op.OpIMul)),
     IROp.DIV: _kinds(f=_op(Op.OpFDiv)),
-    IROp.FLOORDIV: _kinds(f=_f_floordiv, i=_i_floordiv, u=_op(Op.OpUDiv)),
-    IROp.MOD: _kinds(f=_op(Op.OpFMod), i=_i_mod, u=_op(Op.OpUMod)),
+    IROp.FLOORDIV: _kinds(f=_f_floordiv, i=_i_floordiv, u=_u_div(Op.OpUDiv)),
+    IROp.MOD: _kinds(f=_op(Op.OpFMod), i=_i_mod, u=_u_div(Op.OpUMod)),
     IROp.POW: _glsl(GLSL.Pow, narrow=True),
     IROp.POWI: _powi,
     IROp.ATAN2: _glsl(GLSL.Atan2, narrow=True),

@@ -13,6 +13,11 @@ WIDTH_CAPABILITY = {("int", 8): Capability.Int8, ("int", 16): Capability.Int16, 
                     ("float", 16): Capability.Float16, ("float", 64): Capability.Float64}
 TERMINATORS = frozenset({Op.OpBranch, Op.OpBranchConditional, Op.OpSwitch, Op.OpReturn, Op.OpReturnValue,
                          Op.OpKill, Op.OpUnreachable, Op.OpTerminateInvocation})
+# Float arithmetic a driver may reassociate or fuse (a*b+c into an FMA) unless its result is decorated
+# NoContraction, which forbids both (SPIR-V 2.16 "NoContraction"); an exact_float module decorates each one.
+FLOAT_ARITHMETIC = frozenset({Op.OpFNegate, Op.OpFAdd, Op.OpFSub, Op.OpFMul, Op.OpFDiv, Op.OpFRem, Op.OpFMod,
+                              Op.OpVectorTimesScalar, Op.OpMatrixTimesScalar, Op.OpVectorTimesMatrix,
+                              Op.OpMatrixTimesVector, Op.OpMatrixTimesMatrix, Op.OpOuterProduct, Op.OpDot})
 
 
 def literal_string(text):
@@ -72,10 +77,12 @@ def encode_scalar(info, value):
 
 
 class Module:
-    """A SPIR-V module under construction. Sections are kept apart and joined by words()."""
+    """A SPIR-V module under construction. Sections are kept apart and joined by words(). `exact_float`:
+    every float arithmetic result is decorated NoContraction (computed as written, no FMA, no reassociation)."""
 
-    def __init__(self, version=(1, 3)):
+    def __init__(self, version=(1, 3), exact_float=False):
         self.version = version
+        self.exact_float = exact_float
         self.bound = 1
         self._capabilities, self._extensions = {}, {}   # dicts: ordered sets
         self._ext_imports = {}                          # name -> id
@@ -320,6 +327,8 @@ class FunctionBuilder:
             raise ValueError(f"{Op(opcode).name} has no result type: use emit_void")
         rid = self.module.new_id() if result_id is None else result_id
         self._append(opcode, instruction(opcode, result_type, rid, *operands))
+        if self.module.exact_float and opcode in FLOAT_ARITHMETIC:
+            self.module.decorate(rid, Decoration.NoContraction)
         return rid
 
     def emit_void(self, opcode, *operands):

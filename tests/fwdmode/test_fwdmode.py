@@ -191,7 +191,8 @@ def test_in_place_updates_with_loss_equal_to_param(rng):
     xf = x0.astype(np.float64)
     x1 = np.sin(xf) * 1.5
     np.testing.assert_allclose(x.dual.to_numpy(), np.cos(x1) * 1.5 * np.cos(xf) * 1.5 * seed, rtol=1e-5)
-    np.testing.assert_allclose(x.to_numpy(), np.sin(x1) * 1.5, rtol=1e-6)
+    # two float32 sines of absolute error up to ~2**-21 on a GPU (Vulkan sets no precision for sin), x 1.5
+    np.testing.assert_allclose(x.to_numpy(), np.sin(x1) * 1.5, rtol=1e-6, atol=2e-6)
 
 
 # ---- found by probing: a host write inside FwdMode makes the written values constants ----------------------

@@ -1,6 +1,10 @@
 """Threads: several Python threads launching, syncing and reading arrays at once. The runtime serialises
 device work behind one lock; every launch runs exactly once, on the arrays it was given, and a Tape records
 only its own thread's launches."""
+import faulthandler
+import os
+import sys
+import tempfile
 import threading
 
 import numpy as np
@@ -9,6 +13,26 @@ import pytest
 import spvad as sp
 
 N = 64
+FAULT_LOG = {}   # "file": the open crash log of this module's tests
+
+
+@pytest.fixture(autouse=True, scope="module")
+def crash_log():
+    """A crash (segfault, abort) in these tests names its place: faulthandler writes every thread's
+    traceback to spvad-faults-<pid>.log in $OUT (ci/gpu_check.sh brings that folder back) or the temporary
+    folder, which outlives the process; pytest-xdist reports a crashed worker only as "node down: Not
+    properly terminated" (NVIDIA, 2026-11: three of these tests). An empty log is removed afterwards."""
+    path = os.path.join(os.environ.get("OUT") or tempfile.gettempdir(), f"spvad-faults-{os.getpid()}.log")
+    with open(path, "w") as log:
+        FAULT_LOG["file"] = log
+        faulthandler.enable(file=log, all_threads=True)
+        try:
+            yield
+        finally:
+            faulthandler.enable(file=sys.__stderr__, all_threads=True)
+            FAULT_LOG.clear()
+    if os.path.getsize(path) == 0:
+        os.remove(path)
 
 
 @sp.kernel
@@ -49,7 +73,11 @@ def run_threads(work, count):
         t.start()
     for t in threads:
         t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
+    if any(t.is_alive() for t in threads):   # where each thread is, in the crash log and on stderr
+        for out in (FAULT_LOG.get("file"), sys.__stderr__):
+            if out is not None:
+                faulthandler.dump_traceback(file=out, all_threads=True)
+    assert not any(t.is_alive() for t in threads), "a thread hung (tracebacks of all threads: stderr)"
     if errors:
         raise errors[0]
 

@@ -25,7 +25,7 @@ HOME_SETS = [("function", "function"), ("buffer", "buffer"), ("buffer", "functio
 # ---- choosing homes ---------------------------------------------------------------------------------------
 def test_budget_per_device_type():
     assert function_budget_words({"device_type": "cpu"}) == 256
-    assert function_budget_words({"device_type": "discrete_gpu"}) == DEFAULT_FUNCTION_BUDGET_WORDS == 4096
+    assert function_budget_words({"device_type": "discrete_gpu"}) == DEFAULT_FUNCTION_BUDGET_WORDS == 1024
 
 
 @pytest.mark.parametrize("shapes, spec, budget, mode, homes", [

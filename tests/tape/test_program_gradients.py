@@ -106,7 +106,9 @@ def test_double_buffering(steps, rng):
     final = np.array(inputs["x"], np.float64)
     for _ in range(steps):
         final = step_np(final, inputs["w"])
-    np.testing.assert_allclose((b if steps % 2 else a).to_numpy(), final, rtol=1e-5)   # arrays left as run
+    # arrays left as run; the steps converge to sin's zeros (0, +-pi), where float32 and float64 agree only
+    # to a few float32 ulps of pi (2.4e-7) in absolute terms, whatever the device's sin
+    np.testing.assert_allclose((b if steps % 2 else a).to_numpy(), final, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("steps", [1, 4, 9])

@@ -70,7 +70,8 @@ class InterpDevice(Device):
     def create_buffer(self, nbytes):
         return InterpBuffer(int(nbytes))
 
-    def create_pipeline(self, spirv, *, name, num_buffers, push_constant_size, spec_constants=None, entry="main"):
+    def create_pipeline(self, spirv, *, name, num_buffers, push_constant_size, spec_constants=None, entry="main",
+                        fast_math=True):   # the interpreter computes every float operation as written
         return InterpPipeline(spirv, name, num_buffers, push_constant_size, spec_constants)
 
     def launch(self, pipeline, buffers, push_constants, groups):

@@ -37,6 +37,7 @@ class InterpTask:
     rest: bool = False
     print_binding: object = None   # binding of the print buffer (ir/print_format.py), last; or None
     print_formats: tuple = ()      # (format id, pieces, value dtypes) of each Print
+    fast_math: bool = True         # the interpreter computes as written either way (numpy, one rounding per op)
 
     @property
     def num_buffers(self):

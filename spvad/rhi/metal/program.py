@@ -50,6 +50,19 @@ def check_threads(name, local_size, max_threads):
                              f"compiled for {threads}: its per-thread memory (adstacks) is too large")
 
 
+def compile_options(Metal, fast_math):
+    """MTLCompileOptions for MSL 2.1 with fast math on or off. Metal compiles with fast math by default
+    (reassociation, FMA contraction, approximate transcendentals, no NaN/inf guarantees); fast_math False
+    turns it off, and on macOS 15+ also asks for the safe math mode and precise math functions."""
+    options = Metal.MTLCompileOptions.new()
+    options.setLanguageVersion_(Metal.MTLLanguageVersion2_1)
+    options.setFastMathEnabled_(bool(fast_math))
+    if not fast_math and hasattr(options, "setMathMode_"):   # the newer API (fastMathEnabled is deprecated)
+        options.setMathMode_(Metal.MTLMathModeSafe)
+        options.setMathFloatingPointFunctions_(Metal.MTLMathFloatingPointFunctionsPrecise)
+    return options
+
+
 def error_text(err):
     """The message of an NSError (or of anything else that explains a failure)."""
     if err is None:
@@ -91,9 +104,10 @@ class ProgramMixin:
         return program
 
     def create_pipeline(self, spirv, *, name, num_buffers, push_constant_size, spec_constants=None,
-                        entry="main"):
+                        entry="main", fast_math=True):
         """See base.Device.create_pipeline. `entry` names the SPIR-V entry point; the MSL one is the
-        translator's (main0). Never raises anything but PipelineCreationError/DeviceError."""
+        translator's (main0); `fast_math` False compiles the MSL without fast math (compile_options).
+        Never raises anything but PipelineCreationError/DeviceError."""
         self._check_open()
         Metal, spec = self._mtl, dict(spec_constants or {})
         try:
@@ -104,8 +118,7 @@ class ProgramMixin:
             raise pipeline_error(name, "SPIR-V -> MSL translation", str(exc)) from None
         try:
             with self._pool():
-                options = Metal.MTLCompileOptions.new()
-                options.setLanguageVersion_(Metal.MTLLanguageVersion2_1)
+                options = compile_options(Metal, fast_math)
                 library, err = self._device.newLibraryWithSource_options_error_(source, options, None)
                 if library is None:
                     raise pipeline_error(name, "newLibraryWithSource", error_text(err))

@@ -159,8 +159,9 @@ class ProgramMixin:
 
     # -- pipelines ----------------------------------------------------------------------------------
     def create_pipeline(self, spirv, *, name, num_buffers, push_constant_size,
-                        spec_constants=None, entry="main"):
-        """See base.Device.create_pipeline. The shader module lives only during creation."""
+                        spec_constants=None, entry="main", fast_math=True):
+        """See base.Device.create_pipeline. The shader module lives only during creation; exact float
+        semantics (fast_math False) are NoContraction decorations in the SPIR-V, nothing to set here."""
         self._check_open()
         spirv = bytes(spirv)
         where = f"kernel '{name}' (backend vulkan): "
@@ -309,6 +310,10 @@ class ProgramMixin:
     def _flush(self):
         """End the current command buffer with a COMPUTE->HOST barrier and submit it (no wait)."""
         frame, cmd, self._recorded = self._frame, self._cmd, 0
+        # In flight from here on: an object released meanwhile (an ndarray's __del__ run by the garbage
+        # collector inside this very call) is then destroyed after the next sync, never while the batch
+        # that uses it is being submitted (_retire destroys at once when nothing is recorded or in flight).
+        self._inflight.append(frame)
         self._frame = self._cmd = self._bound = None
         lib.vkCmdPipelineBarrier(cmd, PIPE_COMPUTE | PIPE_TRANSFER, lib.VK_PIPELINE_STAGE_HOST_BIT, 0,
                                  1, self._mb_c2h_ptr, 0, NULL, 0, NULL)
@@ -318,10 +323,10 @@ class ProgramMixin:
             fn_name, r = "vkQueueSubmit", lib.vkQueueSubmit(self._queue, 1, frame.submit_ptr,
                                                              frame.fence)
         if r < 0:
+            self._inflight.remove(frame)
             self._free_frames.append(frame)
             msgs = "\n  ".join(self._collector.take_since(mark))
             check(r, fn_name, context="submitting launches" + (f" ({msgs})" if msgs else "") + ": ")
-        self._inflight.append(frame)
 
     # -- the hot path -------------------------------------------------------------------------------
     def launch(self, pipeline, buffers, push_constants, groups):

@@ -18,6 +18,7 @@ Pitfalls handled here (measured, see shared/notes/vulkan-probe/REPORT.md):
 - `void*` arguments need `ffi.from_buffer`; mapped memory is an `ffi.buffer` that numpy views zero-copy.
 """
 import itertools
+import threading
 
 from ...errors import DeviceError, PipelineCreationError
 from .loader import import_vulkan, install_hint
@@ -111,26 +112,36 @@ def result_name(code):
 # Debug-utils messages: one process-wide callback, routed by pUserData to per-device collectors
 # ---------------------------------------------------------------------------------------------
 class Collector:
-    """Messages of one device (severity, types, message id, text), in arrival order."""
+    """Messages of one device (severity, types, message id, text), in arrival order. The callback may run
+    on any thread, a driver's own included, and concurrently (Vulkan allows it): a lock keeps a message
+    arriving between a take's read and its removal from being lost."""
 
     def __init__(self):
         self.messages = []
+        self.lock = threading.Lock()
         self.id = next(_ids)
         _collectors[self.id] = self
 
+    def add(self, message):
+        with self.lock:
+            self.messages.append(message)
+
     def mark(self):
         """Position to pass to take_since() after a call whose messages belong to its error."""
-        return len(self.messages)
+        with self.lock:
+            return len(self.messages)
 
     def take_since(self, mark):
         """Remove and return the messages that arrived after `mark` (they go into an exception)."""
-        taken = self.messages[mark:]
-        del self.messages[mark:]
+        with self.lock:
+            taken = self.messages[mark:]
+            del self.messages[mark:]
         return [format_message(m) for m in taken]
 
     def take_findings(self):
         """Remove all messages; return the WARNING/ERROR ones that are not loader chatter."""
-        taken, self.messages = self.messages, []
+        with self.lock:
+            taken, self.messages = self.messages, []
         return [format_message(m) for m in taken
                 if m[0] & (SEV_WARNING | SEV_ERROR) and m[2] != _LOADER_ID]
 
@@ -161,7 +172,7 @@ def _dispatch(severity, types, data, user_data):
         if ident == _LOADER_ID and severity < SEV_ERROR:
             return VK_FALSE  # loader INFO/WARNING chatter (e.g. about VK_INSTANCE_LAYERS)
         text = ffi.string(data.pMessage).decode(errors="replace") if data.pMessage != NULL else ""
-        collector.messages.append((severity, types, ident, text))
+        collector.add((severity, types, ident, text))
     except BaseException:  # noqa: BLE001 - nothing may escape into the driver
         pass
     return VK_FALSE

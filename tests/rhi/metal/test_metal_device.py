@@ -99,6 +99,7 @@ class FakeMetal:
     "compiler" refuses MSL containing `atomicAdd(` and a pipeline takes at most `max_threads` threads."""
     MTLResourceStorageModeShared, MTLLanguageVersion2_1, MTLCommandBufferStatusError = 0, 131073, 5
     MTLDataTypeUInt, MTLDataTypeInt, MTLDataTypeFloat, MTLDataTypeBool = 33, 29, 3, 53
+    MTLMathModeSafe, MTLMathFloatingPointFunctionsPrecise = 0, 1
 
     def __init__(self, max_threads=1024):
         self.calls, self.max_threads, self.sources = [], max_threads, []
@@ -209,6 +210,22 @@ def test_glue_turns_failures_into_pipeline_errors(fake_metal):
         dev.create_pipeline(reference("grad_sin"), name="grad_sin", num_buffers=3, push_constant_size=4)
     fake_metal.max_threads = 1024
     dev.create_pipeline(reference("grad_sin"), name="grad_sin", num_buffers=3, push_constant_size=4)
+
+
+def test_glue_compiles_without_fast_math_when_asked(fake_metal):
+    """fast_math=False: MTLCompileOptions with fastMathEnabled off (and, where the newer API exists, the
+    safe math mode with precise functions); the default leaves Metal's fast math on."""
+    dev = md.MetalDevice()
+    for fast in (True, False):
+        fake_metal.calls.clear()
+        dev.create_pipeline(reference("grad_sin"), name="grad_sin", num_buffers=3, push_constant_size=4,
+                            fast_math=fast)
+        options = [(name, args) for kind, name, args in fake_metal.calls if kind == "options"]
+        assert ("setFastMathEnabled_", (fast,)) in options
+        assert (("setMathMode_", (FakeMetal.MTLMathModeSafe,)) in options) is not fast
+        assert (("setMathFloatingPointFunctions_", (FakeMetal.MTLMathFloatingPointFunctionsPrecise,))
+                in options) is not fast
+    dev.close()
 
 
 # ---- the device itself (macOS) ---------------------------------------------------------------------------

@@ -287,3 +287,13 @@ def test_macro_literals_out_of_range(ty, value):
 def test_split_args_keeps_templates_and_attributes_whole():
     assert tr.split_args("device A<int, 2>& a [[buffer(0)]], uint3 g [[thread_position_in_grid]]") == \
         ["device A<int, 2>& a [[buffer(0)]]", "uint3 g [[thread_position_in_grid]]"]
+
+
+def test_exact_float_arithmetic_reaches_msl_unfused():
+    """fast_math=False: SPIRV-Cross turns the NoContraction products and sums into its optnone helpers
+    (spvFMul = fma(a, b, 0), spvFAdd...), so Metal's compiler can neither fuse nor reassociate them."""
+    k, args, _ = compiled_for_metal(next(iter(CASES)), grad=False)
+    exact = sp.kernel(fast_math=False)(k.fn)
+    source = exact.msl(*args, grad=True)
+    assert "[[clang::optnone]]" in source and re.search(r"spvF(Mul|Add|Sub)\(", source)
+    assert not re.search(r"spvF(Mul|Add|Sub)\(", k.msl(*args, grad=True))
