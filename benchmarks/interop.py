@@ -14,9 +14,7 @@ sides and the CPU model. Usage: python benchmarks/interop.py [--sizes N,N,..] [-
 """
 import argparse
 import os
-import platform
 import statistics
-import subprocess
 import time
 
 import numpy as np
@@ -27,6 +25,7 @@ import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 
 import spvad as sp  # noqa: E402
+from checkpoints import cpu_model  # noqa: E402 (benchmarks/checkpoints.py: lscpu's model name)
 
 DT = 0.0625
 
@@ -131,14 +130,6 @@ def function_cases(n, steps, rng, device):
     torch.testing.assert_close(function_gradient()[0].cpu(), torch.from_numpy(direct_gradient()[0]), rtol=1e-5,
                                atol=1e-6)
     return {"forward": (direct_forward, function_forward), "forward + backward": (direct_gradient, function_gradient)}
-
-
-def cpu_model():
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name"))
-    except Exception:  # noqa: BLE001
-        return platform.processor() or "unknown"
 
 
 def main():

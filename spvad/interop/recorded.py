@@ -3,7 +3,7 @@ seeded with a framework's cotangents: what sp.torch_function and sp.jax_function
 import weakref
 
 from .. import recording, runtime
-from ..errors import ArgumentError
+from ..errors import ArgumentError, AutodiffRuleError
 from ..tape import Tape
 
 
@@ -93,5 +93,9 @@ class RecordedCall:
             for a in inputs:   # an input no launch touched is not zeroed by the Tape
                 if a.grad is not None and id(a) not in self.tape.arrays:
                     a.grad.zero_on_device()
-            self.tape.backward()
+            try:
+                self.tape.backward()
+            except AutodiffRuleError as exc:   # e.g. a later call rewrote a global array this gradient reads
+                raise AutodiffRuleError(f"{self.who}, backward pass: {exc} (writes after the call, by a later "
+                                        "call too, are such writes: give each call its own arrays)") from None
             return [None if a.grad is None else a.grad.to_numpy() for a in inputs]

@@ -1,5 +1,7 @@
 """tests/interop run against real torch and JAX (CPU builds): ci/setup.sh installs them (the test extra). A
 missing one is an error here, never a skip."""
+import sys
+
 import pytest
 
 try:
@@ -16,3 +18,18 @@ def x64():
     jax.config.update("jax_enable_x64", True)
     yield
     jax.config.update("jax_enable_x64", before)
+
+
+@pytest.fixture
+def no_ndarray_made(monkeypatch):
+    """Fails the test if an ndarray was made in it (a refused input must allocate nothing)."""
+    made = []
+    Ndarray = sys.modules["spvad.ndarray"].Ndarray   # (sp.ndarray is the function)
+    original = Ndarray.__init__
+
+    def counting(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(args)   # made (a refused shape raises before anything is allocated)
+    monkeypatch.setattr(Ndarray, "__init__", counting)
+    yield
+    assert made == [], "a refused input allocated device memory"

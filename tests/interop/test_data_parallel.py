@@ -2,9 +2,10 @@
 torch.distributed (gloo, 127.0.0.1 only), each with its own spvad runtime and half of the batch, train the
 springs' parameters with DistributedDataParallel; both must end with the parameters of one process that
 trains on the whole batch with plain torch in float64."""
-import importlib.util
 import os
 import pathlib
+import runpy
+import types
 
 import pytest
 import torch
@@ -14,10 +15,7 @@ PATH = pathlib.Path(__file__).resolve().parents[2] / "examples" / "data_parallel
 
 @pytest.fixture(scope="module")
 def ex():
-    spec = importlib.util.spec_from_file_location("data_parallel_example", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return types.SimpleNamespace(**runpy.run_path(str(PATH), run_name="data_parallel_example"))
 
 
 @pytest.mark.parametrize("backend, epochs", [("vulkan", None), ("interp", 6)])   # the interpreter is slow
