@@ -238,6 +238,26 @@ class Ndarray:
             self._host_write("setitem", i)
             self._rows()[i] = value
 
+    # ---- other frameworks (spvad/interop, docs/interop.md) ----
+    def to_torch(self):
+        """A CPU torch.Tensor holding a copy of the values (storage shape), after pending launches."""
+        from .interop import torch_bridge
+        return torch_bridge.to_torch(self)
+
+    def to_jax(self):
+        """A jax.Array holding a copy of the values (storage shape), after pending launches."""
+        from .interop import jax_bridge
+        return jax_bridge.to_jax(self)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export without a copy: a view of the array's memory (see docs/interop.md on aliasing)."""
+        from .interop import dlpack
+        return dlpack.export(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        from .interop import dlpack
+        return dlpack.device(self)
+
 
 def ndarray(dtype, shape, needs_grad=False, needs_dual=False):
     return Ndarray(dtype, shape, needs_grad, needs_dual)

@@ -5,6 +5,7 @@ import operator
 import os
 import sys
 import threading
+import weakref
 
 from . import rhi
 from .cache_folder import cache_dir
@@ -48,6 +49,7 @@ class Runtime:
         self.tasks = {}             # id(CompiledTask) -> what this runtime holds for it (launch.DeviceTask)
         self.spare_buffers = SparePool(self.device)   # a Tape's checkpoint buffers, reused by the next Tape
         self.shared_pipelines = SharedPipelines(self.device)
+        self.lent_views = weakref.WeakSet()   # owners of zero-copy views of device memory (DLPack exports)
 
     def sync(self):
         self.device.sync()
@@ -83,7 +85,23 @@ class Runtime:
         self.tasks.clear()
         self.shared_pipelines.clear()
         self.spare_buffers.clear()
-        self.device.close()
+        if self.lent_views:   # another library still reads device memory: unmapping it now could crash it
+            close_when_unviewed(self.device, list(self.lent_views))
+        else:
+            self.device.close()
+
+
+def close_when_unviewed(device, owners):
+    """Close `device` once none of `owners` (each keeps a zero-copy view of its memory alive) is left."""
+    left = [len(owners)]
+
+    def one_gone():
+        left[0] -= 1
+        if left[0] == 0:
+            with LOCK:
+                device.close()
+    for owner in owners:
+        weakref.finalize(owner, one_gone)
 
 
 class SharedPipelines:

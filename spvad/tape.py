@@ -92,7 +92,10 @@ class Tape:
             plan = self.plans.get(key)
             if plan is None:
                 plan = self.plans[key] = self._gradient_of(kernel, specs, arrays, everything)
-            specs, grad_ck = plan
+            specs, grad_ck, given = plan
+            for k in given:   # the plan's temporary companions, for this launch's arrays too
+                if arrays[k].grad is None:
+                    self._give_temporary_grad(arrays[k])
             entry = LaunchEntry(kernel, specs, arrays, scalars, everything)
             for (ai, field), state in grad_ck.facts.grad_reads.items():
                 if state == PRE:
@@ -121,19 +124,27 @@ class Tape:
             self.checkpoints.need(a, a.version, _rows(grad_ck.facts.read_rows, ai, field, a, entry.scalars))
 
     def _gradient_of(self, kernel, specs, arrays, everything):
-        """(specs, compiled gradient) for a launch, after giving a temporary .grad to every argument that
-        would carry gradient from needs-grad inputs without one (the chain would stop there)."""
+        """(specs, compiled gradient, positions of the arguments given a .grad) for a launch, after giving a
+        temporary .grad to every argument that would carry gradient from needs-grad inputs without one (the
+        chain would stop there). A later launch with the same plan gets them at the same positions."""
+        given = []
+
         def give_grad(a, name, captured):
             if captured:
                 raise AutodiffRuleError(
                     f"sp.Tape: kernel {kernel.name} writes values that depend on needs-grad inputs into the "
                     f"global ndarray {self.name_of(a)}, which has no .grad: the gradient would stop there. "
                     "Create it with needs_grad=True")
-            a.grad = Ndarray(a.dtype, a.shape)
-            self.temporary.append(a)
+            given.extend(k for k, b in enumerate(arrays) if b is a)
+            self._give_temporary_grad(a)
 
         # refuses a gradient that needs mid-launch contents, as a direct k.grad does
-        return kernel.derivative_with_companions(specs, arrays, kernel.reverse_mode(everything), give_grad)
+        specs, grad_ck = kernel.derivative_with_companions(specs, arrays, kernel.reverse_mode(everything), give_grad)
+        return specs, grad_ck, tuple(given)
+
+    def _give_temporary_grad(self, a):
+        a.grad = Ndarray(a.dtype, a.shape)
+        self.temporary.append(a)
 
     def host_write(self, array, what, index):
         """Called by ndarray before `fill`, `from_numpy` or `a[i] = v` changes `array`."""
