@@ -76,7 +76,7 @@ def test_from_numpy_rejects(bad, match):
         sp.from_numpy(bad)
 
 
-@pytest.mark.parametrize("shape,match", [((1, 2, 3, 4, 5), "4 dimensions"), ((-1,), "negative"),
+@pytest.mark.parametrize("shape,match", [((-1,), "negative"),
                                          ((2, -3), "negative")], ids=str)
 def test_bad_shapes(shape, match):
     with pytest.raises(sp.SpvadError, match=match):

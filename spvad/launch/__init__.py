@@ -4,7 +4,7 @@ the array versions a Tape follows (versions.py)."""
 from .. import runtime
 from ..spirv.lower import LOCAL_SIZE_SPEC_ID
 from .device_task import task_on_device
-from .dispatch import PushPacker, dispatch
+from .dispatch import PushPacker, addressed_bindings, dispatch
 from .prints import print_buffer
 from .replay import BoundReplay, Record, Replay, relaunch, same_threads
 from .versions import bump_versions, companion
@@ -27,6 +27,7 @@ def launch(ck, arrays, scalars, extra=(), views=None):
     for kind, k in ck.ir.scratch:   # a derivative kernel's scratch arrays (extremum winners)
         arrays.append(arrays[k].scratch(kind))
     shapes = [a.storage_shape for a in arrays]   # vector ndarrays add a trailing axis
+    big = any(a.buffer.addressed for a in arrays)   # an array past the device's largest binding
     records = []
     for ct in ck.tasks:
         n = ct.num_threads(scalars, shapes)
@@ -42,6 +43,9 @@ def launch(ck, arrays, scalars, extra=(), views=None):
         if low.adstacks:   # the stack homes, hence the module variant, depend on the capacities
             low = ct.variant(on_device.homes(spec))
             records = None
+        addressed = addressed_bindings(low, arrays) if big else None
+        if addressed:
+            low = ct.variant(low.homes, addressed)
         if low.flag_binding is not None:
             extra_buffers.append(on_device.flag_buffer())
         if low.stack_heap is not None:
@@ -57,7 +61,7 @@ def launch(ck, arrays, scalars, extra=(), views=None):
         for part in (low, low.tail):   # a coarsened task's last n % 4 elements are a second dispatch
             if part is None or (part is low.tail and not part.threads(n)):
                 continue
-            push = PushPacker(part, shapes)
+            push = PushPacker(part, shapes, rt)
             recorded = dispatch(rt, part, on_device.pipeline(spec, part), arrays, scalars, shapes, n,
                                 extra_buffers, local, push)
             on_device.after_launch(spec)

@@ -7,7 +7,7 @@ import numpy as np
 from ..autodiff.adstack import round_up_pow2
 from ..errors import DeviceError, SpvadError
 from ..spirv.lower_adstack import HOMES, choose_homes, function_budget_words
-from .dispatch import dispatch
+from .dispatch import addressed_bindings, dispatch
 from .flags import overflow_error, read_flags
 
 HOME_ENV = "SPVAD_ADSTACK_HOME"   # function | buffer | auto (default): where adstacks live, read at launch
@@ -29,14 +29,15 @@ class DeviceTask:
         self.pipelines = {}    # (homes, spec items) -> runtime.SharedPipeline
         self.flags = None      # the flag buffer (u32 words, lower_memory.Layout.flag_words)
         self.heap = None       # the buffer-home stacks' storage buffer (grown, never shrunk)
-        self.probe = None      # (depth probe pipeline, its counters buffer)
+        self.probe = None      # (depth probe pipelines by addressed bindings, its counters buffer)
         self.last_spec = None  # specialisation of the last launch: the capacities an overflow message names
 
     def release(self):
         """Give back everything (the device defers destruction while recorded launches may use it)."""
         for ref in self.pipelines.values():
             ref.release()
-        for obj in (self.flags, self.heap) + (self.probe or ()):
+        pipes, counts = self.probe or ({}, None)
+        for obj in (self.flags, self.heap, counts, *pipes.values()):
             if obj is not None:
                 obj.release()
         self.pipelines, self.flags, self.heap, self.probe = {}, None, None, None
@@ -51,7 +52,7 @@ class DeviceTask:
         return choose_homes(self.ct.stack_shapes, spec, function_budget_words(self.rt.device.info), mode)
 
     def pipeline(self, spec, low):
-        key = (low.homes, low.rest, tuple(sorted(spec.items())) if spec else ())
+        key = (low.homes, low.rest, low.addressed, tuple(sorted(spec.items())) if spec else ())
         ref = self.pipelines.get(key)
         if ref is None:
             ref = self.pipelines[key] = self.rt.shared_pipelines.get(low, self.ct.kernel_name, spec)
@@ -79,12 +80,18 @@ class DeviceTask:
 
     def measure_depths(self, arrays, scalars, shapes, n):
         """Run the depth probe now (it syncs) and return capacities for the measured stacks."""
-        rt, ct, low = self.rt, self.ct, self.ct.depth_probe
+        rt, ct = self.rt, self.ct
         if self.probe is None:
-            pipe = rt.device.create_pipeline(low.code, name=ct.kernel_name + " (depth probe)",
-                                             num_buffers=low.num_buffers, push_constant_size=low.push_size)
-            self.probe = (pipe, rt.device.create_buffer(4 * ct.depth_words))
-        pipe, counts = self.probe
+            self.probe = ({}, rt.device.create_buffer(4 * ct.depth_words))
+        pipes, counts = self.probe
+        low = ct.depth_probe
+        if any(a.buffer.addressed for a in arrays):
+            low = ct.probe_variant(addressed_bindings(low, arrays + [_Counters(counts)]))
+        pipe = pipes.get(low.addressed)
+        if pipe is None:
+            pipe = pipes[low.addressed] = rt.device.create_pipeline(
+                low.code, name=ct.kernel_name + " (depth probe)", num_buffers=low.num_buffers,
+                push_constant_size=low.push_size)
         rt.sync()
         view = counts.view(np.int32)[: ct.depth_words]
         view[:] = 0
