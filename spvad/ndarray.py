@@ -127,6 +127,7 @@ class Ndarray:
         rt.sync()
 
     def _view(self):
+        """One zero-copy view of the scalars (after a sync); DeviceError for an array in several memory blocks."""
         self._synced()
         return self.buffer.view(self._np_dtype)[: self.size]
 

@@ -26,8 +26,8 @@ from ..errors import DeviceError
 class Buffer(ABC):
     """A storage buffer in host-visible memory. ``nbytes`` is the size requested at creation.
 
-    ``addressed``: past the device's ``max_storage_buffer_range`` a backend may hand out a buffer that kernels
-    reach by address (its binding holds an address table, spirv/lower_memory.py); the compiler lowers the
+    ``addressed``: past the device's ``max_storage_buffer_range`` (or ``max_memory_allocation_size``) a backend
+    may hand out a buffer that kernels reach by address (its binding holds an address table, spirv/lower_memory.py); the compiler lowers the
     bindings that hold one accordingly. Its memory may be in several blocks: ``pieces`` views them in order."""
 
     nbytes: int

@@ -126,16 +126,14 @@ class BufferMixin:
     `_next_uid`, `address_chunk_bytes`, `_check_open()`, `_retire(fn)`."""
 
     def create_buffer(self, nbytes):
-        """A plain storage buffer, or past maxStorageBufferRange an addressed one (kernels bind its table)."""
+        """A plain storage buffer, or past maxStorageBufferRange (or the largest allocation, NVIDIA's being
+        a little smaller) an addressed one: kernels bind its table."""
         self._check_open()
         nbytes = int(nbytes)
         size = max(16, (nbytes + 15) & ~15)   # never zero-sized; whole words for the shaders
         limits = self._info["limits"]
-        if size > limits["max_storage_buffer_range"]:
+        if size > min(limits["max_storage_buffer_range"], limits["max_memory_allocation_size"]):
             return self._create_addressed(nbytes, size)
-        max_alloc = limits["max_memory_allocation_size"]
-        if size > max_alloc:
-            raise DeviceError(f"buffer of {nbytes} bytes exceeds maxMemoryAllocationSize {max_alloc}")
         return self._register(lambda uid: VulkanBuffer(self, uid, nbytes, size, *self._allocate(size)))
 
     def _create_addressed(self, nbytes, size):
