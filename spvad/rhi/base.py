@@ -91,8 +91,8 @@ class Device(ABC):
     def info(self):
         """dict: backend, name, driver, device_type, api_version,
         limits {max_workgroup_count, max_workgroup_invocations, max_workgroup_size,
-        max_push_constants_size, max_storage_buffer_range, subgroup_size},
-        features {float64, int64, atomic_float32_add, address_chunk_bytes (0: no addressed buffers)}."""
+        max_push_constants_size, max_storage_buffer_range, max_storage_buffers_per_stage (Vulkan), subgroup_size},
+        features {float64, int64, atomic_float32_add, buffer_device_address (Vulkan: addressed buffers)}."""
 
     @abstractmethod
     def validation_messages(self):

@@ -47,7 +47,7 @@ class AddressTables:
         var = m.variable(m.type_pointer(StorageClass.StorageBuffer, table), StorageClass.StorageBuffer)
         m.decorate(var, Decoration.DescriptorSet, 0)
         m.decorate(var, Decoration.Binding, binding)
-        m.name(var, name + " (addresses)")
+        m.name(var, name + "_addresses")
         self.tables[key] = (var, elem, block_ptr)
         return var
 

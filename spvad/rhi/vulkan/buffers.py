@@ -143,20 +143,18 @@ class BufferMixin:
             raise DeviceError(f"a buffer of {nbytes:,} bytes is past this device's maxStorageBufferRange ({limit:,} "
                               "bytes), and the device lacks bufferDeviceAddress, which spvad uses beyond it")
         self._check_room(nbytes, size)
-        blocks = []
+        blocks, table, table_bytes = [], None, TABLE_HEADER_BYTES + 8 * -(-size // chunk)
         try:
             for start in range(0, size, chunk):
                 block = min(chunk, size - start)
                 blocks.append(self._allocate(block, ADDRESS_USAGE) + (block,))
-            table = self._allocate(TABLE_HEADER_BYTES + 8 * len(blocks))
-            header = np.frombuffer(table[2], np.uint32, count=2)
-            header[:] = nbytes // 4 - 1, chunk.bit_length() - 1
+            table = self._allocate(table_bytes)
+            np.frombuffer(table[2], np.uint32, count=2)[:] = nbytes // 4 - 1, chunk.bit_length() - 1
             np.frombuffer(table[2], np.uint64)[1:] = [self._address_of(b[0]) for b in blocks]
         except BaseException:
-            free_allocations(self._device, [(b[0], b[1]) for b in blocks])
+            free_allocations(self._device, [b[:2] for b in blocks] + ([table[:2]] if table else []))
             raise
-        return self._register(lambda uid: AddressedBuffer(self, uid, nbytes, table + (TABLE_HEADER_BYTES + 8 * len(
-            blocks),), blocks, chunk))
+        return self._register(lambda uid: AddressedBuffer(self, uid, nbytes, table + (table_bytes,), blocks, chunk))
 
     def _check_room(self, nbytes, size):
         """DeviceError unless the memory the device has can hold `size` more bytes: its largest heap, or for a

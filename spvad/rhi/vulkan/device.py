@@ -231,6 +231,7 @@ class VulkanDevice(BufferMixin, ProgramMixin, Device):
                 "max_workgroup_size": tuple(lim.maxComputeWorkGroupSize),
                 "max_push_constants_size": lim.maxPushConstantsSize,
                 "max_storage_buffer_range": lim.maxStorageBufferRange,
+                "max_storage_buffers_per_stage": lim.maxPerStageDescriptorStorageBuffers,
                 "max_shared_memory_size": lim.maxComputeSharedMemorySize,
                 "max_memory_allocation_size": maint3.maxMemoryAllocationSize,
                 "subgroup_size": subgroup.subgroupSize,

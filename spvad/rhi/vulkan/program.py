@@ -167,6 +167,12 @@ class ProgramMixin:
         if pc_size > limit:
             raise PipelineCreationError(where + f"{pc_size} bytes of push constants exceed the "
                                         f"device limit of {limit}")
+        limit = self.info["limits"]["max_storage_buffers_per_stage"]
+        if num_buffers > limit:   # past it lavapipe computes wrong values or crashes (found with 17 and 18 arrays)
+            raise PipelineCreationError(where + f"it binds {num_buffers} storage buffers (its arrays, their .grad or "
+                                        f".dual, spvad's own buffers), more than this device's "
+                                        f"maxPerStageDescriptorStorageBuffers ({limit}); split the kernel, or "
+                                        "pack arrays into fewer (e.g. rows of one array)")
         layout = self._pipeline_layout(int(num_buffers), pc_size)
         keep = []  # sub-structs must outlive the call (their pointers are owned per struct)
         spec = None
