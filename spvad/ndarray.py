@@ -178,9 +178,10 @@ class Ndarray:
                                 "without losing the fraction; cast it first")
         if dt.is_int and arr.size and not (T.fits(arr.min(), dt) and T.fits(arr.max(), dt)):
             raise ArgumentError(f"from_numpy: values in [{arr.min()}, {arr.max()}] do not fit in {self.dtype}")
-        with np.errstate(over="ignore"):
-            data = arr.reshape(-1).astype(self._np_dtype if not dt.is_bool else bool)
-        if dt.is_float and data.size:
+        with np.errstate(over="ignore"):   # no copy when the dtype already matches (160 MB arrays and more)
+            data = arr.reshape(-1).astype(self._np_dtype if not dt.is_bool else bool, copy=False)
+        if dt.is_float and data.size and arr.dtype.kind == "f" and arr.dtype.itemsize > data.dtype.itemsize:
+            # only a narrower float can overflow (any integer fits f32's range)
             overflow = np.isinf(data) & np.isfinite(arr.reshape(-1))
             if overflow.any():
                 bad = arr.reshape(-1)[overflow][0]
