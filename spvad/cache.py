@@ -366,8 +366,9 @@ def _check(ck, kobj, rt):
         if rt.validate_spirv:
             for low in {id(m): m for m in modules}.values():
                 tools.validate(low.spirv, kernel_name=f"{kobj.name} ({ct.task.name}, cached)")
-            if isinstance(ct.relower, Lowering):   # variants lowered later are validated too
-                ct.relower.validate = True
+            for relower in (ct.relower, ct.probe_relower):   # variants lowered later are validated too
+                if isinstance(relower, Lowering):
+                    relower.validate = True
 
 
 def _lookup(fn, name):

@@ -6,6 +6,7 @@ import numpy as np
 from . import recording, runtime
 from . import types as T
 from .errors import ArgumentError, DeviceError
+from .host_scalars import HostScalars
 
 
 MAX_ELEMENTS = 2**31 - 1
@@ -18,8 +19,6 @@ def _normalize_shape(shape):
             isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in _iterable(shape)):
         raise ArgumentError(f"shape must be an int or a tuple of ints, got {shape!r}")
     shape = tuple(int(s) for s in shape)
-    if len(shape) > 4:
-        raise ArgumentError(f"ndarrays have at most 4 dimensions, got shape {shape}")
     if any(s < 0 for s in shape):
         raise ArgumentError(f"shape must not be negative, got {shape}")
     return shape
@@ -121,16 +120,25 @@ class Ndarray:
         return self.buffer if field in ("primal", "final") else getattr(self, field).buffer
 
     # ---- host access ----
-    def _view(self):
+    def _synced(self):
         rt = self._runtime
         if rt is not runtime.current():
             raise DeviceError("this ndarray belongs to a runtime that was reset; create it again")
         rt.sync()
+
+    def _view(self):
+        """One zero-copy view of the scalars (after a sync); DeviceError for an array in several memory blocks."""
+        self._synced()
         return self.buffer.view(self._np_dtype)[: self.size]
+
+    def _host(self):
+        """The scalars on the host (after a sync), whether the buffer is one piece of memory or several."""
+        self._synced()
+        return HostScalars(self.buffer.pieces(self._np_dtype), self.size)
 
     def to_numpy(self):
         with runtime.LOCK:
-            out = self._view().copy()
+            out = self._host().read()
         if self.element_dtype.is_bool:
             out = out != 0
         return out.reshape(self.storage_shape)
@@ -170,9 +178,10 @@ class Ndarray:
                                 "without losing the fraction; cast it first")
         if dt.is_int and arr.size and not (T.fits(arr.min(), dt) and T.fits(arr.max(), dt)):
             raise ArgumentError(f"from_numpy: values in [{arr.min()}, {arr.max()}] do not fit in {self.dtype}")
-        with np.errstate(over="ignore"):
-            data = arr.reshape(-1).astype(self._np_dtype if not dt.is_bool else bool)
-        if dt.is_float and data.size:
+        with np.errstate(over="ignore"):   # no copy when the dtype already matches (160 MB arrays and more)
+            data = arr.reshape(-1).astype(self._np_dtype if not dt.is_bool else bool, copy=False)
+        if dt.is_float and data.size and arr.dtype.kind == "f" and arr.dtype.itemsize > data.dtype.itemsize:
+            # only a narrower float can overflow (any integer fits f32's range)
             overflow = np.isinf(data) & np.isfinite(arr.reshape(-1))
             if overflow.any():
                 bad = arr.reshape(-1)[overflow][0]
@@ -180,7 +189,7 @@ class Ndarray:
                                     "become inf); scale the data or use sp.f64")
         with runtime.LOCK:
             self._host_write("from_numpy")
-            self._view()[:] = data
+            self._host().write(0, data)
         return self
 
     def _checked_scalar(self, value):
@@ -198,16 +207,11 @@ class Ndarray:
             return np.array([self._checked_scalar(v) for v in comps], dtype=self._np_dtype)
         return self._checked_scalar(value)
 
-    def _rows(self):
-        """The storage as (elements, width) for vector ndarrays, flat otherwise."""
-        view = self._view()
-        return view.reshape(-1, self.width) if self.width else view
-
     def fill(self, value):
         value = self._checked_value(value)
         with runtime.LOCK:
             self._host_write("fill")
-            self._rows()[:] = value
+            self._host().fill(value, self.width)
         return self
 
     def _flat_index(self, key):
@@ -224,19 +228,19 @@ class Ndarray:
         return flat
 
     def __getitem__(self, key):
-        i = self._flat_index(key)
+        i, width = self._flat_index(key), max(self.width, 1)
         with runtime.LOCK:
-            v = self._rows()[i]
+            v = self._host().read(i * width, (i + 1) * width)
             if self.width:
-                return v.reshape(self.element_shape).copy()
-            return bool(v) if self.dtype.is_bool else v.item()
+                return v.reshape(self.element_shape)
+            return bool(v[0]) if self.dtype.is_bool else v[0].item()
 
     def __setitem__(self, key, value):
-        i = self._flat_index(key)
+        i, width = self._flat_index(key), max(self.width, 1)
         value = self._checked_value(value)
         with runtime.LOCK:
             self._host_write("setitem", i)
-            self._rows()[i] = value
+            self._host().write(i * width, np.broadcast_to(np.asarray(value, self._np_dtype), (width,)))
 
     # ---- other frameworks (spvad/interop, docs/interop.md) ----
     def to_torch(self):

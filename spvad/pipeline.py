@@ -72,18 +72,20 @@ class Target:
 
 @dataclass(eq=False)
 class CompiledTask:
-    """A lowered task. `lowered` keeps every adstack in Function scope; other stack homes (chosen at
-    launch, once capacities are known) are lowered on first use by `relower` and kept in `variants`."""
+    """A lowered task. `lowered` keeps every adstack in Function scope and binds no addressed buffer; other
+    stack homes (chosen at launch, once capacities are known) and bindings of addressed buffers (arrays past
+    the device's largest binding) are lowered on first use by `relower` and kept in `variants`."""
     task: N.Task
     lowered: object
     kernel_name: str
-    relower: object = None       # homes -> LoweredTask of another stack-home variant
+    relower: object = None       # (homes, addressed) -> LoweredTask of another variant
     stack_sizes: object = None   # autodiff.adstack.StackSizer of a gradient task with adstacks
     depth_probe: object = None   # lowered counting task measuring data-dependent loop depths, or None
     depth_words: int = 0         # counters the depth probe writes
     thread_count: object = None  # a count read from arrays: the lowered task computing its dispatch's
                                  # groups on the device (ir/thread_count.py), else None
-    variants: dict = field(default_factory=dict)   # homes tuple -> LoweredTask
+    variants: dict = field(default_factory=dict)   # homes tuple [, addressed bindings] -> LoweredTask
+    probe_relower: object = None   # addressed bindings -> the depth probe lowered for them
 
     def __post_init__(self):
         self.variants[(FUNCTION,) * len(self.lowered.adstacks)] = self.lowered
@@ -115,11 +117,21 @@ class CompiledTask:
             return None
         return sizer.spec_constants(scalars, shapes, num_threads)
 
-    def variant(self, homes):
-        low = self.variants.get(homes)
+    def variant(self, homes, addressed=frozenset()):
+        key = (homes, addressed) if addressed else homes
+        low = self.variants.get(key)
         if low is None:
-            low = self.variants[homes] = self.relower(homes)
+            low = self.variants[key] = self.relower(homes, addressed)
         return low
+
+    def probe_variant(self, addressed):
+        """The depth probe for launches whose `addressed` bindings hold addressed buffers."""
+        if not addressed:
+            return self.depth_probe
+        probes = self.__dict__.setdefault("_probes", {})
+        if addressed not in probes:
+            probes[addressed] = self.probe_relower(addressed=addressed)
+        return probes[addressed]
 
 
 @dataclass(eq=False)
@@ -243,13 +255,14 @@ class Lowering:
     def validate(self, on):   # a kernel loaded from the disk cache validates what it lowers later too
         self.target = replace(self.target, validate=on)
 
-    def __call__(self, homes=None):
+    def __call__(self, homes=None, addressed=frozenset()):
         t = self.target
         local = 1 if self.task.kind == "serial" else t.local_size
         if t.code == "ir":
             return lower_for_interp(self.kernel, self.task, local_size=local, homes=homes)
         low = lower_task(self.kernel, self.task, local_size=local, features=dict(t.features), homes=homes,
-                         bounds_check=t.bounds_check, coarsen="coarsen" not in t.skip, fast_math=t.fast_math)
+                         bounds_check=t.bounds_check, coarsen="coarsen" not in t.skip, fast_math=t.fast_math,
+                         addressed=addressed)
         if t.validate:   # a coarsened task's second module (its last n % 4 elements) reaches the driver too
             for module in (low, low.tail) if low.tail is not None else (low,):
                 tools.validate(module.spirv, kernel_name=f"{self.kernel_name} ({self.task.name})")
@@ -264,7 +277,8 @@ def compile_task(ir, task, target, kernel_name):
     ct = CompiledTask(task, low, kernel_name, relower=lower, stack_sizes=task.stack_sizes)
     if task.depth_probe is not None:
         count_kernel, ct.depth_words = task.depth_probe
-        ct.depth_probe = Lowering(count_kernel, count_kernel.tasks[0], target, kernel_name)()
+        ct.probe_relower = Lowering(count_kernel, count_kernel.tasks[0], target, kernel_name)
+        ct.depth_probe = ct.probe_relower()
     if counts_on_device(task):   # every stack-home variant has the same width and elements per thread
         count_kernel = simplify.simplify(build_count_kernel(ir, task, low.local_size, low.per_thread))
         if target.validate:

@@ -5,7 +5,7 @@ from .. import runtime
 from ..spirv.lower import LOCAL_SIZE_SPEC_ID
 from ..spirv.lower_adstack import BUFFER
 from .device_task import task_on_device
-from .dispatch import PushPacker, dispatch
+from .dispatch import PushPacker, addressed_bindings, dispatch
 from .prints import print_buffer
 from .replay import BoundReplay, Record, Replay, relaunch, same_threads
 from .versions import bump_versions, companion
@@ -28,6 +28,7 @@ def launch(ck, arrays, scalars, extra=(), views=None):
     for kind, k in ck.ir.scratch:   # a derivative kernel's scratch arrays (extremum winners)
         arrays.append(arrays[k].scratch(kind))
     shapes = [a.storage_shape for a in arrays]   # vector ndarrays add a trailing axis
+    big = any(a.buffer.addressed for a in arrays)   # an array past the device's largest binding
     records = []
     for ct in ck.tasks:
         on_device = task_on_device(rt, ct)
@@ -52,6 +53,9 @@ def launch(ck, arrays, scalars, extra=(), views=None):
         if low.adstacks:   # the stack homes, hence the module variant, depend on the capacities (and driver)
             low = on_device.variant(spec)
             records = None
+        addressed = addressed_bindings(low, arrays) if big else None
+        if addressed:
+            low = ct.variant(low.homes, addressed)
         if low.flag_binding is not None:
             extra_buffers.append(on_device.flag_buffer())
         if low.stack_heap is not None:
@@ -65,7 +69,7 @@ def launch(ck, arrays, scalars, extra=(), views=None):
         for part in (low, low.tail):   # a coarsened task's last n % 4 elements are a second dispatch
             if part is None or (part is low.tail and n is not None and not part.threads(n)):
                 continue
-            push = PushPacker(part, shapes)
+            push = PushPacker(part, shapes, rt)
             threads = on_device.count.groups(part) if n is None else n
             call, recorded = dispatch(rt, part, on_device.pipeline(spec, part), arrays, scalars, shapes, threads,
                                       extra_buffers, local, push)

@@ -5,7 +5,7 @@ depth probe sizing adstacks, stacks in a buffer of one slice per thread) it sync
 import numpy as np
 
 from .. import types as T
-from ..errors import DeviceError, ThreadCountError
+from ..errors import ArgumentError, DeviceError, ThreadCountError
 from ..ir import nodes as N
 from ..ir.interp import OutOfBoundsError, eval_num_threads
 from ..ir.thread_count import ARGS_WORDS, ERROR_WORD, TAIL_GROUPS, checks
@@ -31,6 +31,7 @@ class DeviceCount:
     def launch(self, arrays, scalars, shapes):
         """Queue the counting launch; returns (call, recorded, push) for a replay, as dispatch gives them."""
         low = self.ct.thread_count
+        self.refuse_addressed(arrays)
         if self.words is None:
             self.shared = self.rt.shared_pipelines.get(low, self.ct.kernel_name + " (thread count)", None)
             self.words = self.rt.device.create_buffer(4 * ARGS_WORDS)
@@ -45,6 +46,7 @@ class DeviceCount:
 
     def on_host(self, arrays, shapes, scalars):
         """The count evaluated on the host from the arrays as the queued launches leave them (syncs)."""
+        self.refuse_addressed(arrays)
         self.rt.sync()
         buffers = {}
         for s in self.ct.task.header.stmts:
@@ -57,6 +59,15 @@ class DeviceCount:
             return eval_num_threads(self.ct.task, scalars, shapes, buffers)
         except OutOfBoundsError as e:
             raise DeviceError(f"kernel {self.ct.kernel_name}: {e}") from None
+
+    def refuse_addressed(self, arrays):
+        """The counting kernel binds its arrays plainly: a bound read from an array past the device's largest
+        binding (reached by address, rhi/vulkan/buffers.py) is refused rather than read wrong."""
+        for s in self.ct.task.header.stmts:
+            if isinstance(s, N.GlobalLoad) and arrays[s.array.index].buffer.addressed:
+                raise ArgumentError(
+                    f"kernel {self.ct.kernel_name}: its parallel loop's bounds read '{s.array.name}', an array "
+                    "past the device's largest storage-buffer binding; copy the bound into a small array first")
 
     def error(self):
         """At sync: the error of a counting launch since the last sync (the words cleared), or None."""

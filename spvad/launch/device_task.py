@@ -8,7 +8,7 @@ from ..autodiff.adstack import round_up_pow2
 from ..errors import DeviceError, PipelineCreationError, SpvadError
 from ..spirv.lower_adstack import BUFFER, FUNCTION, HOMES, choose_homes, function_budget_words
 from .device_count import DeviceCount
-from .dispatch import BufferArg, dispatch
+from .dispatch import BufferArg, addressed_bindings, dispatch
 from .flags import overflow_error, read_flags
 
 HOME_ENV = "SPVAD_ADSTACK_HOME"   # function | buffer | auto (default): where adstacks live, read at launch
@@ -30,7 +30,7 @@ class DeviceTask:
         self.pipelines = {}    # (homes, spec items) -> runtime.SharedPipeline
         self.flags = None      # the flag buffer (u32 words, lower_memory.Layout.flag_words)
         self.heap = None       # the buffer-home stacks' storage buffer (grown, never shrunk)
-        self.probe = None      # (depth probe pipeline, its counters buffer)
+        self.probe = None      # (depth probe pipelines by addressed bindings, its counters buffer)
         self.last_spec = None  # specialisation of the last launch: the capacities an overflow message names
         # a thread count read from arrays: its counting launch (device_count.py)
         self.count = DeviceCount(rt, ct) if ct.thread_count is not None else None
@@ -40,7 +40,8 @@ class DeviceTask:
         """Give back everything (the device defers destruction while recorded launches may use it)."""
         for ref in self.pipelines.values():
             ref.release()
-        for obj in (self.flags, self.heap, self.count) + (self.probe or ()):
+        pipes, counts = self.probe or ({}, None)
+        for obj in (self.flags, self.heap, self.count, counts, *pipes.values()):
             if obj is not None:
                 obj.release()
         self.pipelines, self.flags, self.heap, self.probe = {}, None, None, None
@@ -82,7 +83,7 @@ class DeviceTask:
             return fallback
 
     def pipeline(self, spec, low):
-        key = (low.homes, low.rest, _items(spec))
+        key = (low.homes, low.rest, low.addressed, _items(spec))
         ref = self.pipelines.get(key)
         if ref is None:
             ref = self.pipelines[key] = self.rt.shared_pipelines.get(low, self.ct.kernel_name, spec)
@@ -110,13 +111,18 @@ class DeviceTask:
 
     def measure_depths(self, arrays, scalars, shapes, n):
         """Run the depth probe now (it syncs) and return capacities for the measured stacks."""
-        rt, ct, low = self.rt, self.ct, self.ct.depth_probe
+        rt, ct = self.rt, self.ct
         if self.probe is None:
-            pipe = rt.device.create_pipeline(low.code, name=ct.kernel_name + " (depth probe)",
-                                             num_buffers=low.num_buffers, push_constant_size=low.push_size,
-                                             fast_math=low.fast_math)
-            self.probe = (pipe, rt.device.create_buffer(4 * ct.depth_words))
-        pipe, counts = self.probe
+            self.probe = ({}, rt.device.create_buffer(4 * ct.depth_words))
+        pipes, counts = self.probe
+        low = ct.depth_probe
+        if any(a.buffer.addressed for a in arrays):
+            low = ct.probe_variant(addressed_bindings(low, arrays + [BufferArg(counts)]))
+        pipe = pipes.get(low.addressed)
+        if pipe is None:
+            pipe = pipes[low.addressed] = rt.device.create_pipeline(
+                low.code, name=ct.kernel_name + " (depth probe)", num_buffers=low.num_buffers,
+                push_constant_size=low.push_size, fast_math=low.fast_math)
         rt.sync()
         view = counts.view(np.int32)[: ct.depth_words]
         view[:] = 0

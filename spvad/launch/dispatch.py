@@ -1,6 +1,9 @@
 """One dispatch of a lowered task: bind its buffers, pack its push constants, fold large launches into 2-D."""
 import struct
 
+from .. import runtime
+from .shape_table import shape_table
+
 
 def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=(), local=None, push=None):
     """Record one dispatch of a lowered task over `n` threads (launches past the device's group-count
@@ -8,7 +11,9 @@ def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=(), lo
     (a count read from arrays: device_count.py). Returns (device method, its arguments) for a replay.
     `push`: the PushPacker of the dispatch, when the caller keeps it (a replay repacks its scalars)."""
     buffers = [_buffer(arrays[ai], field) for ai, field in low.bindings] + list(extra_buffers)
-    push = push or PushPacker(low, shapes)
+    push = push or PushPacker(low, shapes, rt)
+    if push.shape_page is not None:   # bound last (spirv/lower_memory.py)
+        buffers.append(push.shape_page)
     if type(n) is tuple:
         call, recorded = rt.device.launch_indirect, (pipeline, buffers, push(scalars), *n)
     else:
@@ -28,12 +33,19 @@ class BufferArg:
 
 class PushPacker:
     """The push constants of one recorded dispatch, whose arrays (hence shapes) stay fixed: only the scalars
-    are converted and packed again on a replay."""
-    __slots__ = ("struct", "values", "slots")
+    are converted and packed again on a replay. Extents past the push-constant budget are an entry of the
+    runtime's shape table (`shape_page`, bound last; the push constants hold its offset)."""
+    __slots__ = ("struct", "values", "slots", "shape_page")
 
-    def __init__(self, low, shapes):
+    def __init__(self, low, shapes, rt=None):
         self.struct = struct.Struct(low.push_format) if low.push_size else None
-        self.values = [None if f[0] == "scalar" else shapes[f[1]][f[2]] for f in low.push_fields]
+        self.shape_page, entry = None, None
+        spilled = getattr(low, "spilled_shapes", ())
+        if spilled:
+            self.shape_page, entry = shape_table(rt or runtime.get()).place(
+                tuple(shapes[f[1]][f[2]] for f in spilled))
+        self.values = [None if f[0] == "scalar" else entry if f[0] == "shape_table" else shapes[f[1]][f[2]]
+                       for f in low.push_fields]
         self.slots = [(k, f[1], _CONVERT[(f[2].is_bool, f[2].is_float)])
                       for k, f in enumerate(low.push_fields) if f[0] == "scalar"]
 
@@ -51,4 +63,10 @@ _CONVERT = {(True, False): lambda v: int(bool(v)), (False, True): float, (False,
 
 def _buffer(arr, field):
     return arr.buffer if field == "primal" else arr.buffer_for(field)
+
+
+def addressed_bindings(low, arrays):
+    """The bindings of `low` that hold addressed buffers (arrays past the device's largest binding): the
+    lowering reaches them through their address tables (spirv/lower_addressed.py)."""
+    return frozenset(key for key in low.bindings if _buffer(arrays[key[0]], key[1]).addressed)
 

@@ -42,6 +42,10 @@ class PrintBuffer:
     def __init__(self, rt):
         self.rt = rt
         self.nbytes = capacity_bytes() // 4 * 4
+        limit = rt.device.info["limits"]["max_storage_buffer_range"]
+        if self.nbytes > limit:   # bound as one storage buffer, never by address
+            raise SpvadError(f"{CAPACITY_ENV}={self.nbytes}: more than this device's largest storage-buffer binding "
+                             f"({limit:,} bytes)")
         self.buffer = rt.device.create_buffer(self.nbytes)
         self.words = self.buffer.view(np.uint32)
         self.words[:] = 0   # a record that did not fit leaves its words zero: the decoding stops there

@@ -24,14 +24,24 @@ from ..errors import DeviceError
 
 
 class Buffer(ABC):
-    """A storage buffer in host-visible memory. ``nbytes`` is the size requested at creation."""
+    """A storage buffer in host-visible memory. ``nbytes`` is the size requested at creation.
+
+    ``addressed``: past the device's ``max_storage_buffer_range`` (or ``max_memory_allocation_size``) a backend
+    may hand out a buffer that kernels reach by address (its binding holds an address table, spirv/lower_memory.py); the compiler lowers the
+    bindings that hold one accordingly. Its memory may be in several blocks: ``pieces`` views them in order."""
 
     nbytes: int
+    addressed = False
 
     @abstractmethod
     def view(self, dtype):
         """A zero-copy numpy array of ``nbytes // itemsize`` elements over the mapping.
         Valid until ``release()`` or the device's ``close()``; sync before reading device results."""
+
+    def pieces(self, dtype):
+        """Zero-copy numpy arrays over consecutive parts of the buffer, together ``nbytes // itemsize``
+        elements: one ``view`` unless the memory is in several blocks."""
+        return [self.view(dtype)]
 
     @property
     @abstractmethod
@@ -81,8 +91,8 @@ class Device(ABC):
     def info(self):
         """dict: backend, name, driver, device_type, api_version,
         limits {max_workgroup_count, max_workgroup_invocations, max_workgroup_size,
-        max_push_constants_size, max_storage_buffer_range, subgroup_size},
-        features {float64, int64, atomic_float32_add}."""
+        max_push_constants_size, max_storage_buffer_range, max_storage_buffers_per_stage (Vulkan), subgroup_size},
+        features {float64, int64, atomic_float32_add, buffer_device_address (Vulkan: addressed buffers)}."""
 
     @abstractmethod
     def validation_messages(self):
@@ -91,7 +101,8 @@ class Device(ABC):
 
     @abstractmethod
     def create_buffer(self, nbytes):
-        """A zero-initialised, persistently mapped storage buffer of at least ``nbytes`` bytes."""
+        """A zero-initialised, persistently mapped storage buffer of at least ``nbytes`` bytes; past
+        ``limits["max_storage_buffer_range"]`` an addressed one (see Buffer), or DeviceError."""
 
     @abstractmethod
     def create_pipeline(self, spirv, *, name, num_buffers, push_constant_size,

@@ -51,6 +51,9 @@ class LoweredTask:
     print_binding: int = None   # binding of the print buffer (lower_print.py), bound last, or None
     print_formats: tuple = ()   # (format id, pieces, value dtypes) of each Print, for the host's decoding
     fast_math: bool = True      # False: float arithmetic decorated NoContraction, compiled without fast math
+    addressed: frozenset = frozenset()   # bindings that hold an address table (lower_addressed.py)
+    shape_binding: int = None   # binding of the shape table (extents past the push budget, lower_memory.py)
+    spilled_shapes: tuple = ()  # ("shape", array_index, axis, i32) of its entry, in order
 
     def threads(self, n):
         """Threads a launch of `n` elements (the task header's count) needs."""
@@ -59,7 +62,7 @@ class LoweredTask:
     @property
     def num_buffers(self):
         return len(self.bindings) + (self.flag_binding is not None) + (self.stack_heap is not None) + (
-            self.print_binding is not None)
+            self.print_binding is not None) + (self.shape_binding is not None)
 
     @property
     def code(self):
@@ -68,14 +71,16 @@ class LoweredTask:
 
 
 def lower_task(kernel, task, *, local_size=128, features=None, homes=None, bounds_check=False, coarsen=False,
-               fast_math=True):
+               fast_math=True, addressed=frozenset()):
     """Lower `task` of `kernel` to SPIR-V; raise LoweringError when the device cannot run it. `homes`:
     "function" or "buffer" per adstack (nodes.adstacks_of order); None puts every stack in Function scope.
     `bounds_check` (debug builds): every global access checks its indices (lower_bounds.py). `fast_math`
-    False: every float operation is computed as written (NoContraction: no FMA, no reassociation)."""
+    False: every float operation is computed as written (NoContraction: no FMA, no reassociation).
+    `addressed`: the (array index, field) bindings that will hold addressed buffers (lower_addressed.py)."""
     features = dict(DEFAULT_FEATURES if features is None else features)
     local_size = local_size if task.kind == "parallel" else 1
-    options = dict(homes=homes, bounds_check=bounds_check, coarsen=coarsen, fast_math=fast_math)
+    options = dict(homes=homes, bounds_check=bounds_check, coarsen=coarsen, fast_math=fast_math,
+                   addressed=frozenset(addressed))
     low = _Lowerer(kernel, task, local_size, features, **options).run()
     if low.per_thread > 1:
         low.tail = _Lowerer(kernel, task, local_size, features, rest=True, **options).run()
@@ -88,7 +93,7 @@ LOOP_ITERATION_CAP = 65535
 
 class _Lowerer:
     def __init__(self, kernel, task, local_size, features, homes=None, bounds_check=False, coarsen=False,
-                 rest=False, fast_math=True):
+                 addressed=frozenset(), rest=False, fast_math=True):
         self.kernel, self.task, self.local_size, self.features = kernel, task, local_size, features
         self.adaptive_local_size = task.kind == "parallel" and bool((features or {}).get("adaptive_local_size"))
         self.fast_math = fast_math
@@ -103,7 +108,7 @@ class _Lowerer:
         self.loops = []        # innermost last: [merge label, continue label, broken?]
         self.spec_ids = {}     # spec id -> (default, constant id)
         self.cur_label = None
-        self.layout = plan_layout(kernel, task, features, homes, bounds_check, coarsen)
+        self.layout = plan_layout(kernel, task, features, homes, bounds_check, coarsen, addressed)
         self.mem = Memory(self, self.layout)
         self.adstacks = AdStacks(self, self.mem, self.layout)
         self.slot_arrays = SlotArrays(self, task)
@@ -194,7 +199,7 @@ class _Lowerer:
             size = m.spec_const_composite(uvec3, [group_x, self.u32c(1), self.u32c(1)])
             m.decorate(size, Decoration.BuiltIn, BuiltIn.WorkgroupSize)
         self.begin(f.new_label())
-        self.push_values = self.mem.load_push() if lay.push_fields else {}
+        self.push_values = self.mem.load_launch_values()
         # tid = (group.y * groups.x + group.x) * local_size + local index (launches fold into 2-D grids)
         wg, nwg = f.emit(Op.OpLoad, uvec3, wg_id), f.emit(Op.OpLoad, uvec3, n_wg)
         row = f.emit(Op.OpIMul, u32, f.emit(Op.OpCompositeExtract, u32, wg, 1),
@@ -231,7 +236,8 @@ class _Lowerer:
             spec_ids={k: v[0] for k, v in self.spec_ids.items()}, homes=lay.homes, stack_heap=lay.heap,
             flag_words=lay.flag_words, bounds_word=lay.bounds_word, bounds_sites=lay.bounds_sites,
             bounds_axes=lay.bounds_axes, per_thread=lay.per_thread, rest=self.rest,
-            print_binding=lay.print_binding, print_formats=formats_of(self.task), fast_math=self.fast_math)
+            print_binding=lay.print_binding, print_formats=formats_of(self.task), fast_math=self.fast_math,
+            addressed=lay.addressed, shape_binding=lay.shape_binding, spilled_shapes=lay.spilled_shapes)
 
     # ---- statements ----
     def block(self, block):

@@ -5,6 +5,11 @@ The flag buffer (u32 words, bound after the arrays when a task has adstacks, che
 checks): word 0 adstack overflow bits, then one depth word per adstack, the loop-cut word, then under
 debug the bounds-violation record (lower_bounds.py).
 
+Scalars and the array extents a task reads (axes 1.. of every array it indexes: row-major addressing) are
+push constants. Where they would pass Vulkan's guaranteed 128 bytes (many arrays of many dimensions), the
+extents move to the runtime's shape table instead (launch/shape_table.py), bound last: the push constants
+then hold the scalars and the offset of the launch's extents in that table.
+
 Float atomics without a native instruction are compare-exchange loops on the element's bit pattern. The
 simplest valid way to get an integer pointer to a float element is to declare that binding's runtime array
 with the same-width unsigned integer type (a "word view": u32 for f32, u64 for f64); plain loads and
@@ -15,6 +20,7 @@ from dataclasses import dataclass, field
 
 from .. import types as T
 from ..ir import nodes as N
+from .lower_addressed import AddressTables
 from .lower_adstack import BUFFER, FUNCTION, HOMES, StackHeap, stack_shapes, stacks_with_adjoint
 from .lower_bounds import BoundsChecks, checked_accesses, record_words, site_of
 from .lower_coarse import WIDTH, coarsenable
@@ -23,6 +29,7 @@ from .spec import Capability, Decoration, LoopControl, Op, StorageClass
 
 SCOPE_DEVICE, RELAXED = 1, 0
 PUSH_FORMAT = {"f32": "f", "f64": "d", "i32": "i", "u32": "I", "u1": "I"}
+PUSH_BUDGET_BYTES = 128   # maxPushConstantsSize every Vulkan device offers; past it extents go to the table
 MAX_FLAG_BIT = 31   # word 0 has 32 bits: stacks k >= 31 all set bit 31 (their depth words still tell apart)
 
 
@@ -31,6 +38,7 @@ MAX_FLAG_BIT = 31   # word 0 has 32 bits: stacks k >= 31 all set bit 31 (their d
 class Layout:
     bindings: list = field(default_factory=list)      # (array_index, field) in first-use order
     word_view: set = field(default_factory=set)       # bindings declared as integer words (float CAS)
+    addressed: frozenset = frozenset()                # bindings holding an address table (lower_addressed.py)
     per_thread: int = 1                               # elements per thread (lower_coarse.py: 4, vec4 views)
     push_fields: list = field(default_factory=list)
     push_offsets: list = field(default_factory=list)
@@ -45,6 +53,7 @@ class Layout:
     bounds_sites: tuple = ()                          # lower_bounds.site_of of each site, in site order
     bounds_axes: int = 0                              # most axes of a checked array (record size)
     prints: bool = False                              # the task prints: the print buffer is bound last
+    spilled_shapes: tuple = ()                        # ("shape", a, axis, i32) read from the shape table
 
     @property
     def flag_binding(self):
@@ -56,6 +65,13 @@ class Layout:
         if not self.prints:
             return None
         return len(self.bindings) + (self.flag_binding is not None) + (self.heap is not None)
+
+    @property
+    def shape_binding(self):
+        """Binding of the shape table (extents past the push-constant budget), after the print buffer; or None."""
+        if not self.spilled_shapes:
+            return None
+        return len(self.bindings) + (self.flag_binding is not None) + (self.heap is not None) + self.prints
 
     @property
     def loop_cut_word(self):
@@ -81,15 +97,16 @@ def needs_cas(s, features):
     return not (dt == T.f32 and native is not None and features.get(native.feature))
 
 
-def plan_layout(kernel, task, features, homes=None, bounds_check=False, coarsen=False):
+def plan_layout(kernel, task, features, homes=None, bounds_check=False, coarsen=False, addressed=frozenset()):
     """`homes`: one of "function"/"buffer" per adstack (adstacks_of order); None: all "function".
-    `bounds_check`: check every global access against its array's shape (debug builds)."""
-    lay = Layout(adstacks=N.adstacks_of(task))
+    `bounds_check`: check every global access against its array's shape (debug builds). `addressed`: the
+    (array index, field) bindings that hold an addressed buffer (lower_addressed.py)."""
+    lay = Layout(adstacks=N.adstacks_of(task), addressed=frozenset(addressed))
     lay.homes = tuple(homes) if homes is not None else (FUNCTION,) * len(lay.adstacks)
     if len(lay.homes) != len(lay.adstacks) or not set(lay.homes) <= set(HOMES):
         raise ValueError(f"task {task.name}: homes {lay.homes!r} for {len(lay.adstacks)} adstacks")
     lay.adjoint_stacks = stacks_with_adjoint(task)
-    lay.per_thread = WIDTH if coarsen and coarsenable(task, bounds_check) else 1
+    lay.per_thread = WIDTH if coarsen and not addressed and coarsenable(task, bounds_check) else 1
     lay.prints = any(isinstance(s, N.Print) for s in N.walk(task.body))
     lay.loop_check = bool(features.get("loop_iteration_cap")) and any(N.loops_in(task.body))
     scalars, shapes = set(), set()
@@ -116,7 +133,10 @@ def plan_layout(kernel, task, features, homes=None, bounds_check=False, coarsen=
     wide = [i for i in sorted(scalars) if by_index[i].dtype.nbytes == 8]
     narrow = [i for i in sorted(scalars) if by_index[i].dtype.nbytes != 8]
     lay.push_fields = [("scalar", i, by_index[i].dtype) for i in wide + narrow]
-    lay.push_fields += [("shape", a, axis, T.i32) for a, axis in sorted(shapes)]
+    extents = [("shape", a, axis, T.i32) for a, axis in sorted(shapes)]
+    if extents and sum(pf[-1].nbytes for pf in lay.push_fields + extents) > PUSH_BUDGET_BYTES:
+        lay.spilled_shapes, extents = tuple(extents), [("shape_table", T.u32)]
+    lay.push_fields += extents
     offset, fmt = 0, "<"
     for pf in lay.push_fields:
         dt = pf[-1]
@@ -145,21 +165,28 @@ class Memory:
         self.u32, self.i32 = m.type_int(32, False), m.type_int(32, True)
         self.scope, self.relaxed = L.u32c(SCOPE_DEVICE), L.u32c(RELAXED)
         self._structs = {}     # element type id -> Block struct id
+        self._strided = set()  # runtime array types already decorated with their ArrayStride
         self.buffers = {}      # (array_index, field) -> (variable id, element type id)
+        self.tables = AddressTables(L, self)
         arrays = {a.index: a for a in L.kernel.arrays}
         for binding, key in enumerate(layout.bindings):
             a = arrays[key[0]]
             elem = self.word_type(a.dtype) if key in layout.word_view else L.storage_ty(a.dtype)
-            suffix = "" if key[1] == "primal" else "." + key[1]
+            name = a.name + ("" if key[1] == "primal" else "." + key[1])
+            if key in layout.addressed:
+                self.buffers[key] = (self.tables.declare(key, elem, binding, name), elem)
+                continue
             # a coarsened task views its arrays as vec4s (lower_coarse.py)
             declared = m.type_vector(elem, WIDTH) if layout.per_thread > 1 else elem
-            self.buffers[key] = (self.buffer_variable(declared, binding, a.name + suffix), elem)
+            self.buffers[key] = (self.buffer_variable(declared, binding, name), elem)
         if layout.flag_binding is not None:
             self.flag = self.buffer_variable(self.u32, layout.flag_binding, "adstack_flags")
         if layout.heap is not None:
             self.heap = self.buffer_variable(self.u32, layout.heap.binding, "adstack_heap")
         if layout.print_binding is not None:
             self.prints = self.buffer_variable(self.u32, layout.print_binding, "print_buffer")
+        if layout.shape_binding is not None:
+            self.shape_table = self.buffer_variable(self.u32, layout.shape_binding, "shape_table")
         self.push_var = None
         if layout.push_fields:
             members = [L.storage_ty(pf[-1]) for pf in layout.push_fields]
@@ -181,14 +208,21 @@ class Memory:
             self.L.m.capability(Capability.Int64Atomics)
         return self.L.m.type_int(dt.bits, False)
 
+    def runtime_array(self, elem):
+        """`elem[]`, decorated with its stride once (buffers and address-table blocks share it)."""
+        m = self.L.m
+        rta = m.type_runtime_array(elem)
+        if rta not in self._strided:
+            self._strided.add(rta)
+            m.decorate(rta, Decoration.ArrayStride, 4 * WIDTH if m.type_info(elem)[0] == "vector" else
+                       8 if m.type_info(elem)[1] == 64 else 4)
+        return rta
+
     def buffer_variable(self, elem, binding, name):
         m = self.L.m
         st = self._structs.get(elem)
         if st is None:
-            rta = m.type_runtime_array(elem)
-            m.decorate(rta, Decoration.ArrayStride, 4 * WIDTH if m.type_info(elem)[0] == "vector" else
-                       8 if m.type_info(elem)[1] == 64 else 4)
-            st = m.type_struct([rta], unique=True)
+            st = m.type_struct([self.runtime_array(elem)], unique=True)
             m.decorate(st, Decoration.Block)
             m.member_decorate(st, 0, Decoration.Offset, 0)
             self._structs[elem] = st
@@ -198,9 +232,11 @@ class Memory:
         m.name(var, name)
         return var
 
-    def load_push(self):
-        """Load every pushed field once, at the top of main: {("scalar", i) | ("shape", a, axis): id}."""
+    def load_launch_values(self):
+        """At the top of main: every pushed field, loaded once ({("scalar", i) | ("shape", a, axis): id}), and
+        the address tables' limits."""
         L, out = self.L, {}
+        self.tables.load_limits()
         for k, pf in enumerate(self.lay.push_fields):
             dt = pf[-1]
             st = L.storage_ty(dt)
@@ -208,6 +244,11 @@ class Memory:
                            L.i32c(k))
             v = L.f.emit(Op.OpLoad, st, ptr)
             out[pf[:-1]] = L.emit(Op.OpINotEqual, T.u1, v, L.u32c(0)) if dt.is_bool else v
+        for k, pf in enumerate(self.lay.spilled_shapes):   # the launch's extents, from its table entry
+            word_t = L.m.type_pointer(StorageClass.StorageBuffer, self.u32)
+            at = L.f.emit(Op.OpIAdd, self.u32, out[("shape_table",)], L.u32c(k))
+            word = L.f.emit(Op.OpLoad, self.u32, L.f.emit(Op.OpAccessChain, word_t, self.shape_table, L.i32c(0), at))
+            out[pf[:-1]] = L.emit(Op.OpBitcast, T.i32, word)
         return out
 
     # ---- global memory ----
@@ -215,7 +256,8 @@ class Memory:
         """Pointer to the element `s` (GlobalLoad/GlobalStore/AtomicRMW) addresses, row-major; element 0
         where the bounds-check condition `ok` (when given) is false."""
         L = self.L
-        var, elem = self.buffers[(s.array.index, s.field)]
+        key = (s.array.index, s.field)
+        var, elem = self.buffers[key]
         idx = L.value(s.indices[0]) if s.indices else L.i32c(0)   # a 0-d array has one element
         for axis in range(1, s.array.ndim):
             dim = L.push_values[("shape", s.array.index, axis)]
@@ -223,6 +265,8 @@ class Memory:
                            L.value(s.indices[axis]))
         if ok is not None:
             idx = L.f.emit(Op.OpSelect, self.i32, ok, idx, L.i32c(0))
+        if key in self.lay.addressed:
+            return self.tables.element_ptr(key, idx), elem
         ptr_t = L.m.type_pointer(StorageClass.StorageBuffer, elem)
         if self.lay.per_thread > 1:   # a component of the vec4 view: [idx / 4][idx % 4]
             quad = L.f.emit(Op.OpShiftRightArithmetic, self.i32, idx, L.i32c(2))
@@ -267,11 +311,13 @@ class Memory:
 
     def _load(self, s, ok=None):
         ptr, elem = self.element_ptr(s, ok)
-        return self.from_storage(s.dtype, elem, self.L.f.emit(Op.OpLoad, elem, ptr))
+        access = self.tables.access((s.array.index, s.field))
+        return self.from_storage(s.dtype, elem, self.L.f.emit(Op.OpLoad, elem, ptr, *access))
 
     def _store(self, s):
         ptr, elem = self.element_ptr(s)
-        self.L.f.emit_void(Op.OpStore, ptr, self.to_storage(s.array.dtype, elem, self.L.value(s.value)))
+        value = self.to_storage(s.array.dtype, elem, self.L.value(s.value))
+        self.L.f.emit_void(Op.OpStore, ptr, value, *self.tables.access((s.array.index, s.field)))
 
     def _atomic(self, s):
         L, dt, row = self.L, s.array.dtype, ATOMIC_LOWER[s.op]

@@ -99,3 +99,31 @@ def test_while_loops_within_the_cap_run_exactly():
     while_until(x, 1e-3)
     many_short_whiles(x, 100)
     assert np.all(x.to_numpy() > 2.0 + 99.0)
+
+
+@sp.kernel
+def sum_of_squares17(a0: sp.Array, a1: sp.Array, a2: sp.Array, a3: sp.Array, a4: sp.Array, a5: sp.Array,
+                     a6: sp.Array, a7: sp.Array, a8: sp.Array, a9: sp.Array, a10: sp.Array, a11: sp.Array,
+                     a12: sp.Array, a13: sp.Array, a14: sp.Array, a15: sp.Array, out: sp.Array):
+    for i in range(out.shape[0]):
+        out[i] = a0[i] * a0[i] + a1[i] * a1[i] + a2[i] * a2[i] + a3[i] * a3[i] + a4[i] * a4[i] + a5[i] * a5[i] \
+            + a6[i] * a6[i] + a7[i] * a7[i] + a8[i] * a8[i] + a9[i] * a9[i] + a10[i] * a10[i] \
+            + a11[i] * a11[i] + a12[i] * a12[i] + a13[i] * a13[i] + a14[i] * a14[i] + a15[i] * a15[i]
+
+
+def test_more_storage_buffers_than_a_stage_binds_is_an_error(rng):
+    """16 arrays with gradients: the gradient kernel binds 33 buffers, past lavapipe's 32 per stage, where
+    the driver gave zeros (and crashed with two more arrays): a PipelineCreationError instead."""
+    limit = runtime.get().device.info["limits"].get("max_storage_buffers_per_stage")
+    if limit is None or limit > 32:
+        pytest.skip("this device binds more than 32 storage buffers per stage")
+    data = [rng.uniform(0.5, 1.5, 8).astype(np.float32) for _ in range(16)]
+    arrays = [sp.from_numpy(d, needs_grad=True) for d in data]
+    out = sp.ndarray(sp.f32, (8,), needs_grad=True)
+    sum_of_squares17(*arrays, out)   # the forward binds 17
+    np.testing.assert_allclose(out.to_numpy(), sum(d.astype(np.float64) ** 2 for d in data), rtol=1e-5)
+    out.grad.fill(1.0)
+    with pytest.raises(sp.PipelineCreationError, match="binds 33 storage buffers .* maxPerStageDescriptorStorageBuffers \\(32\\)"):
+        sum_of_squares17.grad(*arrays, out)
+    sum_of_squares17(*arrays, out)   # the runtime stays usable
+    assert out.to_numpy()[0] > 0

@@ -38,6 +38,8 @@ class InterpTask:
     print_binding: object = None   # binding of the print buffer (ir/print_format.py), last; or None
     print_formats: tuple = ()      # (format id, pieces, value dtypes) of each Print
     fast_math: bool = True         # the interpreter computes as written either way (numpy, one rounding per op)
+    addressed: frozenset = frozenset()   # interpreter buffers are never addressed (rhi/base.py)
+    spilled_shapes: tuple = ()     # every extent is pushed: the interpreter has no push-constant budget
 
     @property
     def num_buffers(self):

@@ -10,12 +10,12 @@ the next sync.
 import os
 import time
 
-import numpy as np
 
 from ...errors import DeviceError
 from ...spirv.lower import LOOP_ITERATION_CAP
-from ..base import Buffer, Device
+from ..base import Device
 from . import pipeline_cache
+from .buffers import BufferMixin, chunk_bytes, free_allocations
 from .loader import install_hint
 from .program import ProgramMixin
 from .vkapi import (SEV_ERROR, SEV_WARNING, TYPE_GENERAL, TYPE_PERFORMANCE, TYPE_VALIDATION,
@@ -37,33 +37,6 @@ HOST_VISIBLE = lib.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | lib.VK_MEMORY_PROPERTY_
 DEVICE_LOCAL = lib.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
 VK_TIMEOUT = 2
 VK_NOT_READY = 1
-
-
-class VulkanBuffer(Buffer):
-    """A persistently mapped STORAGE_BUFFER; `_uid` keys the descriptor-set cache (handles can be
-    reused by the driver after a free, uids never are)."""
-
-    def __init__(self, device, uid, nbytes, size, handle, memory, mapped):
-        self._device, self._uid, self.nbytes, self._size = device, uid, nbytes, size
-        self._handle, self._memory, self._mapped = handle, memory, mapped
-
-    def view(self, dtype):
-        if self._handle is None:
-            raise DeviceError("view of a released buffer")
-        dtype = np.dtype(dtype)
-        return np.frombuffer(self._mapped, dtype=dtype, count=self.nbytes // dtype.itemsize)
-
-    @property
-    def released(self):
-        return self._handle is None
-
-    def release(self):
-        if self._handle is not None:
-            self._device._release_buffer(self)
-
-    def __repr__(self):
-        return f"<VulkanBuffer #{self._uid} {self.nbytes} bytes" \
-               f"{' released' if self._handle is None else ''}>"
 
 
 def sync_timeout_from_env(default):
@@ -92,13 +65,7 @@ def _timeout_message(seconds, frames, device_name):
             "longer")
 
 
-def _free_buffer(d, handle, memory):
-    vk.vkUnmapMemory(d, memory)
-    vk.vkDestroyBuffer(d, handle, None)
-    vk.vkFreeMemory(d, memory, None)
-
-
-class VulkanDevice(ProgramMixin, Device):
+class VulkanDevice(BufferMixin, ProgramMixin, Device):
     """A Vulkan compute device. See base.Device for the contract of each method."""
 
     flush_every = 1024        # launches per command buffer before an early submit
@@ -207,12 +174,17 @@ class VulkanDevice(ProgramMixin, Device):
         # 64-bit buffer atomics (the compare-exchange loop of f64 atomic add/max/min needs them)
         int64_atomic = vk.VkPhysicalDeviceShaderAtomicInt64Features(pNext=atomic) \
             if self._has_int64_atomics_struct() else None
-        feats = vk.VkPhysicalDeviceFeatures2(pNext=int64_atomic or atomic)
+        # buffer device addresses reach arrays past maxStorageBufferRange (buffers.py); core in Vulkan 1.2
+        address = vk.VkPhysicalDeviceBufferDeviceAddressFeatures(pNext=int64_atomic or atomic) \
+            if props.apiVersion >= make_version(1, 2) else None
+        feats = vk.VkPhysicalDeviceFeatures2(pNext=address or int64_atomic or atomic)
         vk.vkGetPhysicalDeviceFeatures2(p, feats)   # fills `feats` and the chained structs in place
         has_driver = props.apiVersion >= make_version(1, 2) or \
             "VK_KHR_driver_properties" in self._device_exts
         driver = vk.VkPhysicalDeviceDriverProperties() if has_driver else None
-        maint3 = vk.VkPhysicalDeviceMaintenance3Properties(pNext=driver)
+        maint4 = vk.VkPhysicalDeviceMaintenance4Properties(pNext=driver) \
+            if props.apiVersion >= make_version(1, 3) else None
+        maint3 = vk.VkPhysicalDeviceMaintenance3Properties(pNext=maint4 or driver)
         subgroup = vk.VkPhysicalDeviceSubgroupProperties(pNext=maint3)
         props2 = vk.VkPhysicalDeviceProperties2(pNext=subgroup)
         vk.vkGetPhysicalDeviceProperties2(p, props2)
@@ -240,7 +212,12 @@ class VulkanDevice(ProgramMixin, Device):
             # workgroup width chosen per launch (a spec constant): lavapipe runs every lane of a group,
             # so a 64-thread launch in a 512-wide group costs 8x its work
             "adaptive_local_size": props.deviceType == lib.VK_PHYSICAL_DEVICE_TYPE_CPU,
+            # kernels reach arrays past maxStorageBufferRange by address (buffers.py); without, they are refused
+            "buffer_device_address": bool(address is not None and address.bufferDeviceAddress),
         }
+        # bytes per memory block of such an array
+        self.address_chunk_bytes = chunk_bytes(maint3.maxMemoryAllocationSize,
+                                               maint4.maxBufferSize if maint4 else maint3.maxMemoryAllocationSize)
         info = {
             "backend": "vulkan", "name": props.deviceName, "driver": driver_text,
             "device_type": DEVICE_TYPES.get(props.deviceType, "other"),
@@ -254,6 +231,7 @@ class VulkanDevice(ProgramMixin, Device):
                 "max_workgroup_size": tuple(lim.maxComputeWorkGroupSize),
                 "max_push_constants_size": lim.maxPushConstantsSize,
                 "max_storage_buffer_range": lim.maxStorageBufferRange,
+                "max_storage_buffers_per_stage": lim.maxPerStageDescriptorStorageBuffers,
                 "max_shared_memory_size": lim.maxComputeSharedMemorySize,
                 "max_memory_allocation_size": maint3.maxMemoryAllocationSize,
                 "subgroup_size": subgroup.subgroupSize,
@@ -283,7 +261,9 @@ class VulkanDevice(ProgramMixin, Device):
             if self._props.apiVersion < make_version(1, 2):
                 dev_exts.append("VK_KHR_shader_atomic_int64")
             en_int64 = vk.VkPhysicalDeviceShaderAtomicInt64Features(pNext=en_atomic, shaderBufferInt64Atomics=1)
-        enable = vk.VkPhysicalDeviceFeatures2(pNext=en_int64 or en_atomic, features=core)
+        en_address = vk.VkPhysicalDeviceBufferDeviceAddressFeatures(pNext=en_int64 or en_atomic, bufferDeviceAddress=1) \
+            if features["buffer_device_address"] else None
+        enable = vk.VkPhysicalDeviceFeatures2(pNext=en_address or en_int64 or en_atomic, features=core)
         families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self._physical)
         qfi = next((i for i, q in enumerate(families)
                     if q.queueFlags & lib.VK_QUEUE_COMPUTE_BIT), None)
@@ -304,6 +284,9 @@ class VulkanDevice(ProgramMixin, Device):
         usable = [i for i, f in enumerate(flags) if f & HOST_VISIBLE == HOST_VISIBLE]
         # Prefer a type that is also DEVICE_LOCAL (lavapipe and unified-memory GPUs have one).
         self._memory_types = sorted(usable, key=lambda i: not flags[i] & DEVICE_LOCAL)
+        # the most one array may take: the largest heap of those types (lavapipe's says 2 GiB but takes
+        # whatever the host has: buffers.py asks the host there)
+        self._largest_heap = max((mem.memoryHeaps[mem.memoryTypes[i].heapIndex].size for i in usable), default=0)
 
     # -- public API ---------------------------------------------------------------------------------
     @property
@@ -316,48 +299,6 @@ class VulkanDevice(ProgramMixin, Device):
     def _check_open(self):
         if self._closed:
             raise DeviceError("the Vulkan device is closed")
-
-    def create_buffer(self, nbytes):
-        self._check_open()
-        nbytes = int(nbytes)
-        size = max(16, (nbytes + 15) & ~15)   # never zero-sized; whole words for the shaders
-        max_alloc = self._info["limits"]["max_memory_allocation_size"]
-        if size > max_alloc:
-            raise DeviceError(f"buffer of {nbytes} bytes exceeds maxMemoryAllocationSize {max_alloc}")
-        d, usage = self._device, (lib.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
-                                  lib.VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                                  lib.VK_BUFFER_USAGE_TRANSFER_DST_BIT |
-                                  lib.VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT)   # launch_indirect's arguments
-        handle = call(vk.vkCreateBuffer, d, vk.VkBufferCreateInfo(
-            size=size, usage=usage, sharingMode=lib.VK_SHARING_MODE_EXCLUSIVE), None,
-            context=f"creating a buffer of {nbytes} bytes: ")
-        req = vk.vkGetBufferMemoryRequirements(d, handle)
-        memory, error = None, None
-        for t in (t for t in self._memory_types if req.memoryTypeBits & (1 << t)):
-            try:  # a smaller device-local+host-visible heap (BAR) may be full: try the next type
-                memory = vk.vkAllocateMemory(d, vk.VkMemoryAllocateInfo(
-                    allocationSize=req.size, memoryTypeIndex=t), None)
-                break
-            except VK_ERRORS as exc:
-                error = exc
-        if memory is None:
-            vk.vkDestroyBuffer(d, handle, None)
-            raise DeviceError(f"cannot allocate {req.size} bytes of host-visible memory"
-                              f" ({type(error).__name__ if error else 'no suitable memory type'})")
-        vk.vkBindBufferMemory(d, handle, memory, 0)
-        mapped = vk.vkMapMemory(d, memory, 0, req.size, 0)   # an ffi.buffer: numpy views it in place
-        np.frombuffer(mapped, np.uint8).fill(0)              # Vulkan does not zero allocations
-        uid, self._next_uid = self._next_uid, self._next_uid + 1
-        buf = VulkanBuffer(self, uid, nbytes, size, handle, memory, mapped)
-        self._buffers[uid] = buf
-        return buf
-
-    def _release_buffer(self, buf):
-        handle, memory, d = buf._handle, buf._memory, self._device
-        buf._handle = buf._memory = buf._mapped = None
-        self._buffers.pop(buf._uid, None)
-        self._forget_buffer(buf._uid)
-        self._retire(lambda: _free_buffer(d, handle, memory))
 
     def _retire(self, destroy):
         """Run `destroy` now if no recorded or submitted work can use the object, else after sync."""
@@ -417,7 +358,7 @@ class VulkanDevice(ProgramMixin, Device):
             for destroy in self._deferred:
                 destroy()
             for buf in list(self._buffers.values()):
-                _free_buffer(d, buf._handle, buf._memory)
+                free_allocations(d, buf._allocations())
                 buf._handle = buf._memory = buf._mapped = None
             for pipe in list(self._pipelines):
                 vk.vkDestroyPipeline(d, pipe._handle, None)

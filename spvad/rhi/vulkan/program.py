@@ -173,6 +173,12 @@ class ProgramMixin:
         if pc_size > limit:
             raise PipelineCreationError(where + f"{pc_size} bytes of push constants exceed the "
                                         f"device limit of {limit}")
+        limit = self.info["limits"]["max_storage_buffers_per_stage"]
+        if num_buffers > limit:   # past it lavapipe computes wrong values or crashes (found with 17 and 18 arrays)
+            raise PipelineCreationError(where + f"it binds {num_buffers} storage buffers (its arrays, their .grad or "
+                                        f".dual, spvad's own buffers), more than this device's "
+                                        f"maxPerStageDescriptorStorageBuffers ({limit}); split the kernel, or "
+                                        "pack arrays into fewer (e.g. rows of one array)")
         layout = self._pipeline_layout(int(num_buffers), pc_size)
         keep = []  # sub-structs must outlive the call (their pointers are owned per struct)
         spec = None
@@ -416,12 +422,26 @@ class ProgramMixin:
         if not nbytes:
             return
         region = self._copy_region
-        region.srcOffset, region.dstOffset, region.size = 0, 0, nbytes
-        self._transfer(lambda cmd: lib.vkCmdCopyBuffer(cmd, src._handle, dst._handle, 1, region))
+        if not (src.addressed or dst.addressed):
+            region.srcOffset, region.dstOffset, region.size = 0, 0, nbytes
+            self._transfer(lambda cmd: lib.vkCmdCopyBuffer(cmd, src._handle, dst._handle, 1, region))
+            return
+        self._transfer(lambda cmd: _copy_segments(cmd, region, src, dst, nbytes))
 
     def fill_buffer(self, buf, offset, nbytes, word):
         """See base.Device.fill_buffer (vkCmdFillBuffer)."""
         check_transfer(nbytes, offset, buf)
         if nbytes:
-            self._transfer(lambda cmd: lib.vkCmdFillBuffer(cmd, buf._handle, offset, nbytes, word & 0xFFFFFFFF))
+            parts = buf.segments(offset, nbytes)   # one per memory block of an addressed buffer
+            self._transfer(lambda cmd: [lib.vkCmdFillBuffer(cmd, h, at, n, word & 0xFFFFFFFF) for h, at, n in parts])
+
+
+def _copy_segments(cmd, region, src, dst, nbytes):
+    """Copy the first `nbytes` bytes of `src` into `dst` piece by piece where either is in several memory blocks."""
+    done = 0
+    for s_handle, s_at, s_len in src.segments(0, nbytes):
+        for d_handle, d_at, d_len in dst.segments(done, s_len):
+            region.srcOffset, region.dstOffset, region.size = s_at, d_at, d_len
+            lib.vkCmdCopyBuffer(cmd, s_handle, d_handle, 1, region)
+            s_at, done = s_at + d_len, done + d_len
 

@@ -151,6 +151,17 @@ def fake_metal(monkeypatch):
     return fake
 
 
+def test_a_buffer_past_max_buffer_length_is_refused(fake_metal):
+    """Metal binds a buffer whole up to maxBufferLength (its binding range and largest allocation alike):
+    no addressed buffers there, and a larger array gets a DeviceError naming the limit."""
+    dev = md.MetalDevice()
+    limits = dev.info["limits"]
+    assert limits["max_storage_buffer_range"] == limits["max_memory_allocation_size"] == 2**30
+    assert not dev.create_buffer(2**20).addressed
+    with pytest.raises(sp.DeviceError, match="maxBufferLength"):
+        dev.create_buffer(2**30 + 16)
+
+
 def test_glue_binds_buffers_push_constants_and_spec_constants(fake_metal):
     dev = md.MetalDevice()
     assert dev.info["name"] == "Fake GPU" and dev.validation_messages() == []

@@ -297,3 +297,28 @@ def test_exact_float_arithmetic_reaches_msl_unfused():
     source = exact.msl(*args, grad=True)
     assert "[[clang::optnone]]" in source and re.search(r"spvF(Mul|Add|Sub)\(", source)
     assert not re.search(r"spvF(Mul|Add|Sub)\(", k.msl(*args, grad=True))
+@sp.kernel
+def blend_many_dims(a: sp.Array, b: sp.Array, c: sp.Array, d: sp.Array, dst: sp.Array, s: sp.f32):
+    for i, j in sp.ndrange(a.shape[0], a.shape[7]):
+        dst[i, 0, 1, 0, 1, 0, 1, j] = s * a[i, 0, 1, 0, 1, 0, 1, j] * b[i, 0, 0, 0, 0, 0, 0, j] \
+            + c[i, 0, 0, 0, 0, 0, 0, j] * d[i, 0, 1, 0, 0, 0, 0, j]
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_shape_table_binding_follows_the_others(grad):
+    """Extents past the push budget come from the shape table, the last [[buffer(k)]] before the push constants."""
+    arrays = [sp.ndarray(sp.f32, (2, 1, 2, 1, 2, 1, 2, 3), needs_grad=True) for _ in range(5)]
+    ck = blend_many_dims._compiled(blend_many_dims._bind((*arrays, 1.0))[0], "reverse" if grad else "primal",
+                                   features=METAL_FEATURES)
+    for ct in ck.tasks:
+        low = ct.lowered
+        if not low.spilled_shapes:
+            continue
+        prog = translate(low, ct.task.name)
+        names = expected_names(ck, low) + (["print_buffer"] if low.print_binding is not None else []) + ["shape_table"]
+        assert low.shape_binding == len(names) - 1 and prog.num_buffers == len(names)
+        assert {idx: arg for space, _, arg, idx in prog.buffer_args if space == "device"} == dict(enumerate(names))
+        assert prog.push_index == len(names)
+        break
+    else:
+        pytest.fail("no task took its extents from the shape table")
