@@ -6,7 +6,7 @@ from .lang import *  # noqa: F401,F403 (lang.__all__: the names kernels call, th
 from .ndarray import from_numpy, ndarray
 from .runtime import device_info, init, reset, sync
 from .fwdmode import FwdMode
-from .tape import Tape, grad_for, grad_replaced
+from .tape import Tape, clear_all_gradients, grad_for, grad_replaced
 from .types import Matrix, Vector, f32, f64, i32, mat2, mat3, mat4, u1, u32, vec2, vec3, vec4
 
 __version__ = "0.1.0"

@@ -9,9 +9,10 @@ import numpy as np
 from . import cache, recording, runtime, tape
 from . import types as T
 from .autodiff.validation import violation_check
-from .errors import ArgumentError, AutodiffRuleError, SpvadError
+from .errors import ArgumentError, AutodiffRuleError, CompileError, SpvadError
 from .frontend import ArraySpec, VectorArgSpec
 from .frontend.random_numbers import launch_key, random_key_index
+from .frontend.values import array_type
 from .ir.printer import format_kernel
 from .frontend.source import FunctionSource
 from .lang import Array
@@ -68,7 +69,8 @@ class Kernel:
                 raise ArgumentError(f"kernel {self.name}: parameter '{p.name}' must be positional without default")
             ann = _annotation(fn, p.name, p.annotation) if p.annotation is not p.empty else None
             self.params.append((p.name, ann))
-        self._cache = {}
+        self._cache = {}           # options key -> compiled variants, one per type of the ndarrays its
+        #                            global names refer to (a name re-bound to another type compiles again)
         self._replay = None        # the last launch, repeated as is when called again with the same objects
         self._grad_replay = None   # the last gradient launch, likewise
         self._random_key = None    # (runtime serial, key) of the latest forward launch drawing random numbers
@@ -171,32 +173,67 @@ class Kernel:
             raise ArgumentError(f"kernel {self.name}: argument '{name}' = {value!r} does not fit in {dtype}")
         return dtype
 
-    def _compiled(self, specs, mode=PRIMAL, features=None):
+    def _compiled(self, specs, mode=PRIMAL, features=None, captured=None):
         """The compiled specialisation for `specs` and `mode` (pipeline.Mode); `features` = a features
-        dict overriding the device's (e.g. Metal's, for kernel.msl)."""
+        dict overriding the device's (e.g. Metal's, for kernel.msl). Its global ndarray names must refer to
+        ndarrays of the types it was compiled for: now, or in `captured` (the objects a recorded launch
+        bound, for its gradient)."""
         rt = runtime.get()
         mode = Mode(mode) if isinstance(mode, str) else mode   # a kind's name: "primal", "reverse", ...
         skip = skipped_passes()
         key = (tuple(s if isinstance(s, T.DType) else (s.dtype, s.ndim, s.needs_grad, s.needs_dual)
                      for s in specs), mode, self.ad_stack_size or rt.ad_stack_size,
                tuple(sorted(features.items())) if features else None, skip, rt.debug, rt.serial)
-        ck = self._cache.get(key)
+        variants = self._cache.get(key, ())
+        for ck in variants:
+            if _binds(ck, captured):
+                return ck
+        info = rt.device.info
+        target = Target(code=rt.code, features=tuple(sorted((features or info["features"]).items())),
+                        local_size=info.get("preferred_local_size", 128), bounds_check=rt.debug,
+                        validate=rt.validate_spirv, skip=skip)
+        disk_key = None
+        if rt.code == "spirv" and cache.cache_dir() is not None:   # the interpreter's are made afresh
+            # (the fingerprint in it describes what the global names refer to now)
+            disk_key = cache.entry_key(self, key[:-1], (list(target.features), target.local_size, rt.debug))
+        ck = cache.load_compiled(disk_key, self, rt)
         if ck is None:
-            info = rt.device.info
-            target = Target(code=rt.code, features=tuple(sorted((features or info["features"]).items())),
-                            local_size=info.get("preferred_local_size", 128), bounds_check=rt.debug,
-                            validate=rt.validate_spirv, skip=skip)
-            disk_key = None
-            if rt.code == "spirv" and cache.cache_dir() is not None:   # the interpreter's are made afresh
-                disk_key = cache.entry_key(self, key[:-1], (list(target.features), target.local_size, rt.debug))
-            ck = cache.load_compiled(disk_key, self, rt)
-            if ck is None:
+            try:
                 ck = compile_kernel(self.fn, specs, mode, target,
                                     self.ad_stack_size if self.ad_stack_size is not None else rt.ad_stack_size,
                                     self.name)
-                cache.store_compiled(disk_key, ck)
-            self._cache[key] = ck
+            except CompileError as e:
+                raise self._note_rebound(e, variants) from None
+            cache.store_compiled(disk_key, ck, self.fn)
+        if not _binds(ck, captured):   # a recorded launch's arrays, and its names bound to others since
+            raise AutodiffRuleError(f"kernel {self.name}: a global name it reads was bound to an ndarray of "
+                                    "another type after a recorded launch; its gradient cannot be compiled")
+        self._cache.setdefault(key, []).append(ck)
         return ck
+
+    def _note_rebound(self, error, variants):
+        """`error`, saying which global name an earlier compile read an ndarray through and which now refers
+        to something else (a notebook cell that re-bound it, `del`)."""
+        for ck in variants:
+            for _, site, _ in ck.captured:
+                now = site.get(_UNBOUND)
+                if not getattr(now, "_spvad_ndarray", False):
+                    what = "is no longer defined" if now is _UNBOUND else f"now refers to a {type(now).__name__}"
+                    return CompileError(f"{error.message} (the global name '{site.name}' referred to an ndarray "
+                                        f"at an earlier launch of kernel {self.name} and {what})",
+                                        error.filename, error.lineno, error.source)
+        return error
+
+    def captured_now(self, ck):
+        """The ndarrays a launch of `ck` binds for its global names: those the names refer to now."""
+        rt, out = runtime.get(), []
+        for _, site, _ in ck.captured:
+            obj = site.get()
+            if obj._runtime is not rt:
+                raise ArgumentError(f"kernel {self.name}: the global ndarray '{site.name}' was created before "
+                                    "sp.reset()/sp.init(); create it again")
+            out.append(obj)
+        return out
 
     # ---- launch ----
     def __call__(self, *args, **kwargs):
@@ -213,8 +250,8 @@ class Kernel:
                 if scalars is not None and (scalars is fast.scalars or fast.same_threads(scalars)):
                     if fast.draws_random:   # a new list: run() packs the push constants again
                         scalars = self._fresh_random_key(fast.ck, scalars)
-                    entry = recorder and recorder.before_launch(self, fast.specs, fast.arrays(args), scalars,
-                                                                fast.ck)
+                    entry = recorder and recorder.before_launch(self, fast.specs, fast.arrays(args),
+                                                                fast.captured(), scalars, fast.ck)
                     fast.run(args, scalars)
                     if entry:
                         recorder.after_launch(entry)
@@ -225,19 +262,21 @@ class Kernel:
         """A launch off the fast path: check and bind everything, compile if needed, record a replay."""
         specs, arrays, scalars = self._bind(args)
         ck = self._compiled(specs)
+        captured = self.captured_now(ck)
         if any(t.depth_probe is not None for t in ck.tasks):   # the probe runs without the launch's writes:
-            everything = arrays + [obj for _, obj in ck.captured]   # one it misses under another name...
+            everything = arrays + captured                      # one it misses under another name...
             if len({id(a) for a in everything}) < len(everything):
                 ck = self._compiled(specs, Mode("primal", aliased=True))   # ...sizes nothing there
         scalars = self._fresh_random_key(ck, scalars)   # a Tape's entry keeps it for the gradient
-        entry = recorder and recorder.before_launch(self, specs, arrays, scalars, ck)
+        entry = recorder and recorder.before_launch(self, specs, arrays, captured, scalars, ck)
         if recorder is not None and tape.validating():
-            self._checked_launch(specs, arrays, scalars)
+            self._checked_launch(specs, arrays, captured, scalars)
         else:
-            records = launch(ck, arrays, scalars)
+            records = launch(ck, arrays + captured, scalars)
             immutable = all(isinstance(a, (int, float, bool, np.generic)) or getattr(a, "_spvad_ndarray", False)
                             for a in args)   # a 0-d numpy array or a list could change in place
-            self._replay = Replay(args, specs, scalars, records, ck) if records is not None and immutable else None
+            self._replay = Replay(args, specs, scalars, records, ck, captured) \
+                if records is not None and immutable else None
         if entry:
             recorder.after_launch(entry)
 
@@ -246,12 +285,13 @@ class Kernel:
         derivative would otherwise stop."""
         specs, arrays, scalars = self._bind(args)
         specs, ck = self.derivative_with_companions(specs, arrays, DUAL, mode.give_dual)
-        mode.prepare(arrays + [obj for _, obj in ck.captured])
-        launch(ck, arrays, self._fresh_random_key(ck, scalars))
+        everything = arrays + self.captured_now(ck)
+        mode.prepare(everything)
+        launch(ck, everything, self._fresh_random_key(ck, scalars))
 
-    def _checked_launch(self, specs, arrays, scalars):
+    def _checked_launch(self, specs, arrays, captured, scalars):
         """Run the instrumented variant that detects a read element being overwritten (debug only)."""
-        everything = arrays + [obj for _, obj in self._compiled(specs).captured]
+        everything = arrays + captured
         # one ndarray bound to several parameters shares one marker (`k(x, x)` reading one, writing other)
         first = {}
         alias = [first.setdefault(id(a), k) for k, a in enumerate(everything)]
@@ -259,16 +299,16 @@ class Kernel:
         ck = self._compiled(specs, mode)
         plan = ck.check_plan
         if plan is None:
-            return launch(ck, arrays, scalars)
+            return launch(ck, everything, scalars)
         markers = [tape.read_marker(everything[k]) for k in plan.marked]
         violations = Ndarray(T.i32, (len(plan.sites),))
-        launch(ck, arrays, scalars, extra=markers + [violations])
+        launch(ck, everything, scalars, extra=markers + [violations])
         runtime.get().pending_checks.append(violation_check(self.name, plan, violations, markers))
 
     # ---- what a Tape asks of a launch ----
     def array_names(self, ck):
         """Parameter names of the ndarrays of a launch: the arguments, then the captured globals."""
-        return [p.name for kind, p in ck.param_bindings if kind == "array"] + [p.name for p, _ in ck.captured]
+        return [p.name for kind, p in ck.param_bindings if kind == "array"] + [p.name for p, _, _ in ck.captured]
 
     @staticmethod
     def specs_now(specs, arrays):
@@ -286,7 +326,7 @@ class Kernel:
         captured)` added a .grad (.dual) to every array that would carry the derivative without one (`give`
         may raise instead). Every derivative launch (k.grad, k.fwd, Tape, FwdMode) asks here first, so what
         no launch can compute is refused before anything runs."""
-        everything = arrays + [obj for _, obj in self._compiled(specs).captured]
+        everything = arrays + self.captured_now(self._compiled(specs))
         field = "dual" if mode.kind == "dual" else "grad"
         for _ in range(len(everything) + 1):   # each round adds companions; at most one per array
             specs = self.specs_now(specs, arrays)
@@ -325,17 +365,25 @@ class Kernel:
         with runtime.LOCK:
             specs, arrays, scalars = self._bind(args)
             _, ck = self.derivative_with_companions(specs, arrays, DUAL, self._refuse_missing("dual"))
-            launch(ck, arrays, self._fresh_random_key(ck, scalars))   # a forward launch: new numbers
+            launch(ck, arrays + self.captured_now(ck), self._fresh_random_key(ck, scalars))   # new numbers
 
     def grad(self, *args, **kwargs):
         """Launch the reverse-mode derivative: reads the outputs' .grad, accumulates into the inputs' .grad."""
         args = self._positional(args, kwargs) if kwargs else args
         with runtime.LOCK:
             specs, arrays, scalars = self._bind(args)
-            everything = arrays + [obj for _, obj in self._compiled(specs).captured]
+            ck = self._compiled(specs)
+            captured = self.captured_now(ck)
+            everything = arrays + captured
+            if all(a.grad is None for a in everything):
+                names = self.array_names(ck)
+                raise ArgumentError(
+                    f"kernel {self.name}: k.grad(...) has nothing to differentiate: none of its arrays "
+                    f"({', '.join(repr(n) for n in names) or 'none'}) has a .grad; create the inputs to "
+                    "differentiate (and the outputs) with needs_grad=True")
             self.derivative_with_companions(specs, arrays, self.reverse_mode(everything),
                                             self._refuse_missing("grad"))
-            self.grad_bound(specs, arrays, self._last_random_key(self._compiled(specs), scalars))
+            self.grad_bound(specs, arrays, self._last_random_key(ck, scalars), captured=captured)
 
     # ---- sp.random / sp.randn: the hidden key scalar (frontend/random_numbers.py) ----
     def _fresh_random_key(self, ck, scalars):
@@ -374,16 +422,20 @@ class Kernel:
                 "temporary one)")
         return refuse
 
-    def grad_bound(self, specs, arrays, scalars, views=None):
+    def grad_bound(self, specs, arrays, scalars, views=None, captured=None):
         """`grad` with arguments already checked (a Tape replaying what it recorded). `views`: array index ->
-        StateView, binding contents a Tape kept instead of the array's current ones."""
+        StateView, binding contents a Tape kept instead of the array's current ones; `captured`: the ndarrays
+        the launch bound for its global names (default: those they refer to now)."""
+        if captured is None:
+            captured = self.captured_now(self._compiled(specs))
+        everything = arrays + captured
         fast = self._grad_replay
-        if views is None and fast is not None and fast.rerun(specs, arrays, scalars):
+        if views is None and fast is not None and fast.rerun(specs, everything, scalars):
             return
-        everything = arrays + [obj for _, obj in self._compiled(specs).captured]
-        ck = self._compiled(specs, self.reverse_mode(everything))
-        records = launch(ck, arrays, scalars, views=views)
-        self._grad_replay = BoundReplay(specs, arrays, records, ck) if records is not None and not views else None
+        ck = self._compiled(specs, self.reverse_mode(everything), captured=captured)
+        records = launch(ck, everything, scalars, views=views)
+        self._grad_replay = BoundReplay(specs, everything, records, ck) if records is not None and not views \
+            else None
 
     def spirv(self, *args, grad=False, **kwargs):
         args = self._positional(args, kwargs) if kwargs else args
@@ -413,6 +465,18 @@ class Kernel:
             return format_kernel(self._compiled(specs, REVERSE if grad else PRIMAL).ir)
 
 
+_UNBOUND = object()
+
+
+def _binds(ck, captured=None):
+    """Whether `ck` was compiled for the ndarrays its global names refer to now (or for `captured`, the
+    objects a recorded launch bound)."""
+    if captured is None:
+        return all(array_type(site.get()) == kind for _, site, kind in ck.captured)
+    return len(captured) == len(ck.captured) and all(
+        array_type(a) == kind for a, (_, _, kind) in zip(captured, ck.captured))
+
+
 def _with_key(scalars, at, key):
     """The launch's scalars with `key` at index `at`: appended to the arguments' values, or replacing the
     key a replayed launch's scalars hold."""
@@ -440,7 +504,7 @@ def _release_compiled(compiled):
     rt = runtime.current()
     if rt is not None:
         with runtime.LOCK:
-            rt.release_tasks({id(ct) for ck in compiled.values() for ct in ck.tasks})
+            rt.release_tasks({id(ct) for variants in compiled.values() for ck in variants for ct in ck.tasks})
 
 
 def kernel(fn=None, *, ad_stack_size=None):

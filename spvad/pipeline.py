@@ -120,7 +120,7 @@ class CompiledTask:
 class CompiledKernel:
     ir: N.Kernel
     param_bindings: list
-    captured: list
+    captured: list               # (ArrayParam, GlobalName, array type): what a launch looks up for its arrays
     tasks: list
     check_plan: object = None    # mode "checked": the access checker's extra arrays
     facts: ArrayFacts = ArrayFacts()   # what a launch writes and (derivatives) which array contents it reads

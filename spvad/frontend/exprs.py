@@ -6,7 +6,7 @@ from .. import types as T
 from ..ir import nodes as N
 from ..ir.emit import PY_SCALARS, py_dtype
 from .methods import METHODS, BoundMethod
-from .values import ENDED, FieldRef, Lazy, ShapeRef
+from .values import ENDED, FieldRef, Lazy, ShapeRef, array_type
 from .vectors import (MatValue, VecArg, VecSlots, VecValue, is_constant_matrix, is_constant_vector, shaped,
                                shape_words)
 
@@ -50,12 +50,13 @@ class ExprsMixin:
 
     def global_object(self, name, obj):
         if getattr(obj, "_spvad_ndarray", False):
-            for p, o in self.captured:
-                if o is obj:
+            site = self.src.site(name)   # by binding, not object: two names may part at a later launch
+            for p, s, _ in self.captured:
+                if s.key == site.key:
                     return p
-            p = self.array_param(name, obj.dtype, obj.ndim, obj.grad is not None, obj.dual is not None)
-            self.captured.append((p, obj))
-            self.resolve_global_array(name, obj)
+            kind = array_type(obj)
+            p = self.array_param(name, *kind)
+            self.captured.append((p, site, kind))
             return p
         if isinstance(obj, (int, float, bool)):
             return obj
