@@ -348,10 +348,11 @@ class Kernel:
             name = self.array_names(ck)[ck.facts.grad_middle[0]]
             raise AutodiffRuleError(
                 f"kernel {self.name}: its gradient reads '{name}' as it was in the middle of the launch: a loop "
-                f"reads elements of '{name}' that the same launch wrote before (in an earlier loop, or an "
-                "earlier iteration of that loop) and writes again later, so neither k.grad (which reads the "
-                "arrays as they are) nor sp.Tape (which keeps copies taken between launches) can provide "
-                "them. Split the kernel into one launch per loop, or keep the value in a local variable")
+                f"reads elements of '{name}' that an earlier iteration of the same loop wrote and a later one "
+                "writes again (or, with one ndarray bound to two of its parameters, that an earlier loop wrote "
+                "and a later one overwrites), so neither k.grad (which reads the arrays as they are) nor "
+                "sp.Tape (which keeps the contents between launches, and between the loops of a launch) can "
+                "provide them. Keep the value in a local variable, or bind distinct ndarrays")
 
     @staticmethod
     def reverse_mode(everything):
