@@ -90,7 +90,8 @@ class Ndarray:
         self.dual = Ndarray(self.dtype, self.shape) if needs_dual else None
         self.serial = next(_serials)
         if needs_grad:
-            _with_grad.add(self)
+            with runtime.LOCK:   # (clear_all_gradients iterates it under the lock)
+                _with_grad.add(self)
 
     def __del__(self):
         # free the device memory with the array (a pending launch keeps it alive until the next sync)
@@ -260,7 +261,8 @@ def next_serial():
 
 
 def live_with_grad():
-    """The ndarrays of the current runtime, created with needs_grad, that are still alive."""
+    """The ndarrays of the current runtime, created with needs_grad, that are still alive (call it holding
+    runtime.LOCK)."""
     rt = runtime.current()
     return [a for a in list(_with_grad) if a._runtime is rt]
 

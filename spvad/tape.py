@@ -167,7 +167,8 @@ class Tape:
     # ---- the with-block ----
     def __enter__(self):
         if self.loss is not None:   # Taichi's rule: `loss[None] += ...` starts from 0 in every Tape
-            self.loss.zero_on_device(host_write=True)   # (an outer Tape sees a host write)
+            with runtime.LOCK:
+                self.loss.zero_on_device(host_write=True)   # (an outer Tape sees a host write)
         self.first_serial = next_serial()
         recording.stack().append(self)
         return self
