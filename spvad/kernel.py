@@ -12,11 +12,11 @@ from .autodiff.validation import violation_check
 from .errors import ArgumentError, AutodiffRuleError, CompileError, SpvadError
 from .frontend import ArraySpec, VectorArgSpec
 from .frontend.random_numbers import launch_key, random_key_index
-from .frontend.values import array_type
 from .ir.printer import format_kernel
 from .frontend.source import FunctionSource
 from .lang import Array
 from .launch import BoundReplay, Replay, launch
+from .launch.global_names import binds, captured_now, note_rebound
 from .ndarray import Ndarray
 from .pipeline import DUAL, PASSES, PRIMAL, REVERSE, Mode, Target, compile_kernel
 from .rhi.metal.translate import METAL_FEATURES, translate
@@ -186,7 +186,7 @@ class Kernel:
                tuple(sorted(features.items())) if features else None, skip, rt.debug, rt.serial)
         variants = self._cache.get(key, ())
         for ck in variants:
-            if _binds(ck, captured):
+            if binds(ck, captured):
                 return ck
         info = rt.device.info
         target = Target(code=rt.code, features=tuple(sorted((features or info["features"]).items())),
@@ -203,37 +203,17 @@ class Kernel:
                                     self.ad_stack_size if self.ad_stack_size is not None else rt.ad_stack_size,
                                     self.name)
             except CompileError as e:
-                raise self._note_rebound(e, variants) from None
+                raise note_rebound(e, self.name, variants) from None
             cache.store_compiled(disk_key, ck, self.fn)
-        if not _binds(ck, captured):   # a recorded launch's arrays, and its names bound to others since
+        if not binds(ck, captured):   # a recorded launch's arrays, and its names bound to others since
             raise AutodiffRuleError(f"kernel {self.name}: a global name it reads was bound to an ndarray of "
                                     "another type after a recorded launch; its gradient cannot be compiled")
         self._cache.setdefault(key, []).append(ck)
         return ck
 
-    def _note_rebound(self, error, variants):
-        """`error`, saying which global name an earlier compile read an ndarray through and which now refers
-        to something else (a notebook cell that re-bound it, `del`)."""
-        for ck in variants:
-            for _, site, _ in ck.captured:
-                now = site.get(_UNBOUND)
-                if not getattr(now, "_spvad_ndarray", False):
-                    what = "is no longer defined" if now is _UNBOUND else f"now refers to a {type(now).__name__}"
-                    return CompileError(f"{error.message} (the global name '{site.name}' referred to an ndarray "
-                                        f"at an earlier launch of kernel {self.name} and {what})",
-                                        error.filename, error.lineno, error.source)
-        return error
-
     def captured_now(self, ck):
         """The ndarrays a launch of `ck` binds for its global names: those the names refer to now."""
-        rt, out = runtime.get(), []
-        for _, site, _ in ck.captured:
-            obj = site.get()
-            if obj._runtime is not rt:
-                raise ArgumentError(f"kernel {self.name}: the global ndarray '{site.name}' was created before "
-                                    "sp.reset()/sp.init(); create it again")
-            out.append(obj)
-        return out
+        return captured_now(self.name, ck)
 
     # ---- launch ----
     def __call__(self, *args, **kwargs):
@@ -464,18 +444,6 @@ class Kernel:
         with runtime.LOCK:
             specs, _, _ = self._bind(args)
             return format_kernel(self._compiled(specs, REVERSE if grad else PRIMAL).ir)
-
-
-_UNBOUND = object()
-
-
-def _binds(ck, captured=None):
-    """Whether `ck` was compiled for the ndarrays its global names refer to now (or for `captured`, the
-    objects a recorded launch bound)."""
-    if captured is None:
-        return all(array_type(site.get()) == kind for _, site, kind in ck.captured)
-    return len(captured) == len(ck.captured) and all(
-        array_type(a) == kind for a, (_, _, kind) in zip(captured, ck.captured))
 
 
 def _with_key(scalars, at, key):
