@@ -31,18 +31,24 @@ def bin_particles(pos: sp.Array, count: sp.Array, members: sp.Array):
             members[c, slot] = i
 
 
+@sp.func
+def density_at(pos, count, members, i):
+    """The density at particle i: a Gaussian over the particles of its cell and the two beside it."""
+    c = cell_of(pos[i])
+    s = 0.0
+    for dc in range(-1, 2):
+        n = c + dc
+        if 0 <= n < CELLS:
+            for k in range(sp.min(count[n], CAP)):
+                d = pos[i] - pos[members[n, k]]
+                s += sp.exp(-d * d)
+    return s
+
+
 @sp.kernel
 def density(pos: sp.Array, count: sp.Array, members: sp.Array, rho: sp.Array):
     for i in range(pos.shape[0]):
-        c = cell_of(pos[i])
-        s = 0.0
-        for dc in range(-1, 2):
-            n = c + dc
-            if 0 <= n < CELLS:
-                for k in range(sp.min(count[n], CAP)):
-                    d = pos[i] - pos[members[n, k]]
-                    s += sp.exp(-d * d)
-        rho[i] = s
+        rho[i] = density_at(pos, count, members, i)
 
 
 @sp.kernel
@@ -66,25 +72,38 @@ def positions(rng, n):
     return (rng.integers(0, CELLS, n) + rng.uniform(0.05, 0.95, n)).astype(np.float32)
 
 
-def test_sph_neighbour_grid_under_a_tape(rng):
-    n = 40
+def sph_setup(rng, n, w_grad=False):
+    """(p0, w0, pos, w, count, members, rho, loss): random particles and the arrays of the SPH program."""
     p0, w0 = positions(rng, n), rng.uniform(0.5, 1.5, n).astype(np.float32)
-    pos, w = sp.from_numpy(p0, needs_grad=True), sp.from_numpy(w0, needs_grad=True)
+    pos, w = sp.from_numpy(p0, needs_grad=True), sp.from_numpy(w0, needs_grad=w_grad)
     count, members = sp.ndarray(sp.i32, (CELLS,)), sp.ndarray(sp.i32, (CELLS, CAP))
     rho = sp.ndarray(sp.f32, (n,))   # an intermediate: the Tape gives it a temporary .grad
-    loss = sp.ndarray(sp.f32, (), needs_grad=True)
+    return p0, w0, pos, w, count, members, rho, sp.ndarray(sp.f32, (), needs_grad=True)
+
+
+def sph_tape(pos, w, count, members, rho, loss):
+    with sp.Tape(loss):
+        clear(count)
+        bin_particles(pos, count, members)
+        density(pos, count, members, rho)
+        pressure_loss(rho, w, loss)
+
+
+def check_sph(p0, w0, pos, loss):
+    pd, wd = p0.astype(np.float64), w0.astype(np.float64)
+    np.testing.assert_allclose(loss[None], sph_np(pd, wd), rtol=1e-5)
+    fd = [(sph_np(pd + 1e-6 * e, wd) - sph_np(pd - 1e-6 * e, wd)) / 2e-6 for e in np.eye(len(p0))]
+    np.testing.assert_allclose(pos.grad.to_numpy(), fd, rtol=1e-3, atol=1e-3)
+
+
+def test_sph_neighbour_grid_under_a_tape(rng):
+    p0, w0, pos, w, count, members, rho, loss = sph_setup(rng, 40, w_grad=True)
     for _ in range(2):   # the grid rebuilt in every Tape (buffers reused)
-        with sp.Tape(loss):
-            clear(count)
-            bin_particles(pos, count, members)
-            density(pos, count, members, rho)
-            pressure_loss(rho, w, loss)
-        pd, wd = p0.astype(np.float64), w0.astype(np.float64)
-        np.testing.assert_allclose(loss[None], sph_np(pd, wd), rtol=1e-5)
-        fd = [(sph_np(pd + 1e-6 * e, wd) - sph_np(pd - 1e-6 * e, wd)) / 2e-6 for e in np.eye(n)]
-        np.testing.assert_allclose(pos.grad.to_numpy(), fd, rtol=1e-3, atol=1e-3)
+        sph_tape(pos, w, count, members, rho, loss)
+        check_sph(p0, w0, pos, loss)
+        pd = p0.astype(np.float64)
         cells = np.clip(np.floor(pd / H).astype(int), 0, CELLS - 1)
-        rho_np = [np.sum(np.exp(-(pd[i] - pd[np.abs(cells - cells[i]) <= 1]) ** 2)) for i in range(n)]
+        rho_np = [np.sum(np.exp(-(pd[i] - pd[np.abs(cells - cells[i]) <= 1]) ** 2)) for i in range(len(pd))]
         np.testing.assert_allclose(w.grad.to_numpy(), np.square(rho_np), rtol=1e-5)
 
 
@@ -198,19 +217,9 @@ def test_direct_grad_through_a_loop_beside_an_integer_atomic(rng):
 def test_cell_lists_stay_in_bounds_under_debug(debug_on, rng):
     """debug=True checks every access: the gradient replays leave the thread-order slots out, and what they
     do touch is in bounds."""
-    n = 24
-    p0, w0 = positions(rng, n), rng.uniform(0.5, 1.5, n).astype(np.float32)
-    pos, w = sp.from_numpy(p0, needs_grad=True), sp.from_numpy(w0)
-    count, members = sp.ndarray(sp.i32, (CELLS,)), sp.ndarray(sp.i32, (CELLS, CAP))
-    rho, loss = sp.ndarray(sp.f32, (n,)), sp.ndarray(sp.f32, (), needs_grad=True)
-    with sp.Tape(loss):
-        clear(count)
-        bin_particles(pos, count, members)
-        density(pos, count, members, rho)
-        pressure_loss(rho, w, loss)
-    pd, wd = p0.astype(np.float64), w0.astype(np.float64)
-    fd = [(sph_np(pd + 1e-6 * e, wd) - sph_np(pd - 1e-6 * e, wd)) / 2e-6 for e in np.eye(n)]
-    np.testing.assert_allclose(pos.grad.to_numpy(), fd, rtol=1e-3, atol=1e-3)
+    p0, w0, pos, w, count, members, rho, loss = sph_setup(rng, 24)
+    sph_tape(pos, w, count, members, rho, loss)
+    check_sph(p0, w0, pos, loss)
 
 
 @sp.kernel
@@ -223,30 +232,15 @@ def sph_in_one_launch(pos: sp.Array, count: sp.Array, members: sp.Array, rho: sp
         if slot < CAP:
             members[c, slot] = i
     for i in range(pos.shape[0]):
-        c = cell_of(pos[i])
-        s = 0.0
-        for dc in range(-1, 2):
-            n = c + dc
-            if 0 <= n < CELLS:
-                for k in range(sp.min(count[n], CAP)):
-                    d = pos[i] - pos[members[n, k]]
-                    s += sp.exp(-d * d)
-        rho[i] = s
+        rho[i] = density_at(pos, count, members, i)
     for c in range(count.shape[0]):
         count[c] = -1   # the counts exist only between the loops: the gradient recomputes them
 
 
 def test_a_cell_list_built_and_used_inside_one_launch(rng):
-    n = 30
-    p0, w0 = positions(rng, n), rng.uniform(0.5, 1.5, n).astype(np.float32)
-    pos, w = sp.from_numpy(p0, needs_grad=True), sp.from_numpy(w0)
-    count, members = sp.ndarray(sp.i32, (CELLS,)), sp.ndarray(sp.i32, (CELLS, CAP))
-    rho, loss = sp.ndarray(sp.f32, (n,)), sp.ndarray(sp.f32, (), needs_grad=True)
+    p0, w0, pos, w, count, members, rho, loss = sph_setup(rng, 30)
     for _ in range(2):
         with sp.Tape(loss):
             sph_in_one_launch(pos, count, members, rho)
             pressure_loss(rho, w, loss)
-        pd, wd = p0.astype(np.float64), w0.astype(np.float64)
-        np.testing.assert_allclose(loss[None], sph_np(pd, wd), rtol=1e-5)
-        fd = [(sph_np(pd + 1e-6 * e, wd) - sph_np(pd - 1e-6 * e, wd)) / 2e-6 for e in np.eye(n)]
-        np.testing.assert_allclose(pos.grad.to_numpy(), fd, rtol=1e-3, atol=1e-3)
+        check_sph(p0, w0, pos, loss)
