@@ -7,7 +7,7 @@ from .ndarray import from_numpy, ndarray
 from .runtime import device_info, init, reset, sync
 from .fwdmode import FwdMode
 from .interop import from_dlpack, from_jax, from_torch, jax_function, torch_function
-from .tape import Tape, grad_for, grad_replaced
+from .tape import Tape, clear_all_gradients, grad_for, grad_replaced
 from .types import Matrix, Vector, f32, f64, i32, mat2, mat3, mat4, u1, u32, vec2, vec3, vec4
 
 __version__ = "0.1.0"

@@ -22,6 +22,8 @@ import numpy as np
 from . import cache_format
 from .cache_folder import cache_dir, max_bytes, ours as _ours
 from .errors import SpirvValidationError
+from .frontend.source import GlobalName
+from .frontend.values import array_type
 from .ir.nodes import ArrayParam
 from .pipeline import CompiledKernel, CompiledTask, Lowering
 from .spirv import tools
@@ -306,13 +308,16 @@ _TRANSIENT = ("_threads",)   # per-process state of a CompiledTask, never stored
 SPIRV_MAGIC = b"\x03\x02\x23\x07"
 
 
-def store_compiled(key, ck):
-    """Store a CompiledKernel; captured ndarrays are stored by name and looked up again on load. A kernel
-    holding an object the format does not store (cache_format.WHITELIST) is just not cached."""
+def store_compiled(key, ck, fn):
+    """Store a CompiledKernel; its global ndarray names are stored by name and looked up again on load (in
+    kernel `fn`'s namespace: a name only a func in another module reads is not cached). A kernel holding an
+    object the format does not store (cache_format.WHITELIST) is just not cached."""
     if key is None or cache_dir() is None:
         return
+    if any(GlobalName.of(fn, site.name).key != site.key for _, site, _ in ck.captured):
+        return
     shell = copy.copy(ck)   # every field, whatever fields CompiledKernel has
-    shell.captured = [(param, param.name) for param, _ in ck.captured]
+    shell.captured = [(param, site.name, kind) for param, site, kind in ck.captured]
     shell.tasks = []
     for ct in ck.tasks:
         t = copy.copy(ct)
@@ -336,13 +341,14 @@ def load_compiled(key, kobj, rt):
     except (cache_format.BadData, SpirvValidationError, AttributeError, TypeError):
         discard(key)   # sealed but unusable (another writer's bug, a hand-made file): compile afresh
         return None
-    objs = []
-    for param, name in ck.captured:   # the same global names must still hold matching ndarrays
-        obj = _lookup(kobj.fn, name)
-        if not getattr(obj, "_spvad_ndarray", False) or obj._runtime is not rt or obj.dtype != param.dtype:
+    names = []
+    for param, name, kind in ck.captured:   # the same global names must still hold ndarrays of that kind
+        site = GlobalName.of(kobj.fn, name)
+        obj = site.get()
+        if array_type(obj) != kind or obj._runtime is not rt:
             return None
-        objs.append((param, obj))
-    ck.captured = objs
+        names.append((param, site, kind))
+    ck.captured = names
     return ck
 
 
@@ -351,8 +357,8 @@ def _check(ck, kobj, rt):
     (every module that reaches the driver is validated then, cached or not)."""
     if type(ck) is not CompiledKernel or type(ck.tasks) is not list or type(ck.captured) is not list:
         raise cache_format.BadData("not a compiled kernel")
-    if not all(type(c) is tuple and len(c) == 2 and type(c[0]) is ArrayParam and type(c[1]) is str
-               for c in ck.captured):
+    if not all(type(c) is tuple and len(c) == 3 and type(c[0]) is ArrayParam and type(c[1]) is str
+               and type(c[2]) is tuple for c in ck.captured):
         raise cache_format.BadData("captured arrays")
     for ct in ck.tasks:
         if type(ct) is not CompiledTask:
@@ -369,13 +375,3 @@ def _check(ck, kobj, rt):
             for relower in (ct.relower, ct.probe_relower):   # variants lowered later are validated too
                 if isinstance(relower, Lowering):
                     relower.validate = True
-
-
-def _lookup(fn, name):
-    for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
-        if var == name:
-            try:
-                return cell.cell_contents
-            except ValueError:
-                return None
-    return fn.__globals__.get(name)

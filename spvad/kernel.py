@@ -9,13 +9,14 @@ import numpy as np
 from . import cache, recording, runtime, tape
 from . import types as T
 from .autodiff.validation import violation_check
-from .errors import ArgumentError, AutodiffRuleError, SpvadError
+from .errors import ArgumentError, AutodiffRuleError, CompileError, SpvadError
 from .frontend import ArraySpec, TemplateSpec, VectorArgSpec
 from .frontend.random_numbers import launch_key, random_key_index
 from .ir.printer import format_kernel
 from .frontend.source import FunctionSource
 from .lang import Array, Template
 from .launch import BoundReplay, Replay, launch
+from .launch.global_names import binds, captured_now, note_rebound
 from .ndarray import Ndarray
 from .pipeline import DUAL, PASSES, PRIMAL, REVERSE, Mode, Target, compile_kernel
 from .rhi.metal.translate import METAL_FEATURES, translate
@@ -69,7 +70,8 @@ class Kernel:
                 raise ArgumentError(f"kernel {self.name}: parameter '{p.name}' must be positional without default")
             ann = _annotation(fn, p.name, p.annotation) if p.annotation is not p.empty else None
             self.params.append((p.name, ann))
-        self._cache = {}
+        self._cache = {}           # options key -> compiled variants, one per type of the ndarrays its
+        #                            global names refer to (a name re-bound to another type compiles again)
         self._replay = None        # the last launch, repeated as is when called again with the same objects
         self._grad_replay = None   # the last gradient launch, likewise
         self._random_key = None    # (runtime serial, key) of the latest forward launch drawing random numbers
@@ -175,9 +177,11 @@ class Kernel:
             raise ArgumentError(f"kernel {self.name}: argument '{name}' = {value!r} does not fit in {dtype}")
         return dtype
 
-    def _compiled(self, specs, mode=PRIMAL, features=None):
+    def _compiled(self, specs, mode=PRIMAL, features=None, captured=None):
         """The compiled specialisation for `specs` and `mode` (pipeline.Mode); `features` = a features
-        dict overriding the device's (e.g. Metal's, for kernel.msl)."""
+        dict overriding the device's (e.g. Metal's, for kernel.msl). Its global ndarray names must refer to
+        ndarrays of the types it was compiled for: now, or in `captured` (the objects a recorded launch
+        bound, for its gradient)."""
         rt = runtime.get()
         mode = Mode(mode) if isinstance(mode, str) else mode   # a kind's name: "primal", "reverse", ...
         skip = skipped_passes()
@@ -186,24 +190,37 @@ class Kernel:
                      (s.dtype, s.ndim, s.needs_grad, s.needs_dual) for s in specs), mode,
                self.ad_stack_size or rt.ad_stack_size,
                tuple(sorted(features.items())) if features else None, skip, fast_math, rt.debug, rt.serial)
-        ck = self._cache.get(key)
+        variants = self._cache.get(key, ())
+        for ck in variants:
+            if binds(ck, captured):
+                return ck
+        info = rt.device.info
+        target = Target(code=rt.code, features=tuple(sorted((features or info["features"]).items())),
+                        local_size=info.get("preferred_local_size", 128), bounds_check=rt.debug,
+                        validate=rt.validate_spirv, skip=skip, fast_math=fast_math)
+        disk_key = None
+        if rt.code == "spirv" and cache.cache_dir() is not None and not any(   # the interpreter's are made
+                isinstance(s, TemplateSpec) and s.by_identity for s in specs):     # afresh
+            # (the fingerprint in it describes what the global names refer to now)
+            disk_key = cache.entry_key(self, key[:-1], (list(target.features), target.local_size, rt.debug))
+        ck = cache.load_compiled(disk_key, self, rt)
         if ck is None:
-            info = rt.device.info
-            target = Target(code=rt.code, features=tuple(sorted((features or info["features"]).items())),
-                            local_size=info.get("preferred_local_size", 128), bounds_check=rt.debug,
-                            validate=rt.validate_spirv, skip=skip, fast_math=fast_math)
-            disk_key = None
-            if rt.code == "spirv" and cache.cache_dir() is not None and not any(   # the interpreter's are
-                    isinstance(s, TemplateSpec) and s.by_identity for s in specs):     # made afresh
-                disk_key = cache.entry_key(self, key[:-1], (list(target.features), target.local_size, rt.debug))
-            ck = cache.load_compiled(disk_key, self, rt)
-            if ck is None:
+            try:
                 ck = compile_kernel(self.fn, specs, mode, target,
                                     self.ad_stack_size if self.ad_stack_size is not None else rt.ad_stack_size,
                                     self.name)
-                cache.store_compiled(disk_key, ck)
-            self._cache[key] = ck
+            except CompileError as e:
+                raise note_rebound(e, self.name, variants) from None
+            cache.store_compiled(disk_key, ck, self.fn)
+        if not binds(ck, captured):   # a recorded launch's arrays, and its names bound to others since
+            raise AutodiffRuleError(f"kernel {self.name}: a global name it reads was bound to an ndarray of "
+                                    "another type after a recorded launch; its gradient cannot be compiled")
+        self._cache.setdefault(key, []).append(ck)
         return ck
+
+    def captured_now(self, ck):
+        """The ndarrays a launch of `ck` binds for its global names: those the names refer to now."""
+        return captured_now(self.name, ck)
 
     # ---- launch ----
     def __call__(self, *args, **kwargs):
@@ -220,8 +237,8 @@ class Kernel:
                 if scalars is not None and (scalars is fast.scalars or fast.same_threads(scalars)):
                     if fast.draws_random:   # a new list: run() packs the push constants again
                         scalars = self._fresh_random_key(fast.ck, scalars)
-                    entry = recorder and recorder.before_launch(self, fast.specs, fast.arrays(args), scalars,
-                                                                fast.ck)
+                    entry = recorder and recorder.before_launch(self, fast.specs, fast.arrays(args),
+                                                                fast.captured(), scalars, fast.ck)
                     fast.run(args, scalars)
                     if entry:
                         recorder.after_launch(entry)
@@ -232,19 +249,21 @@ class Kernel:
         """A launch off the fast path: check and bind everything, compile if needed, record a replay."""
         specs, arrays, scalars = self._bind(args)
         ck = self._compiled(specs)
+        captured = self.captured_now(ck)
         if any(t.depth_probe is not None for t in ck.tasks):   # the probe runs without the launch's writes:
-            everything = arrays + [obj for _, obj in ck.captured]   # one it misses under another name...
+            everything = arrays + captured                      # one it misses under another name...
             if len({id(a) for a in everything}) < len(everything):
                 ck = self._compiled(specs, Mode("primal", aliased=True))   # ...sizes nothing there
         scalars = self._fresh_random_key(ck, scalars)   # a Tape's entry keeps it for the gradient
-        entry = recorder and recorder.before_launch(self, specs, arrays, scalars, ck)
+        entry = recorder and recorder.before_launch(self, specs, arrays, captured, scalars, ck)
         if recorder is not None and tape.validating():
-            self._checked_launch(specs, arrays, scalars)
+            self._checked_launch(specs, arrays, captured, scalars)
         else:
-            records = launch(ck, arrays, scalars)
+            records = launch(ck, arrays + captured, scalars)
             immutable = all(isinstance(a, (int, float, bool, np.generic)) or getattr(a, "_spvad_ndarray", False)
                             for a in args)   # a 0-d numpy array or a list could change in place
-            self._replay = Replay(args, specs, scalars, records, ck) if records is not None and immutable else None
+            self._replay = Replay(args, specs, scalars, records, ck, captured) \
+                if records is not None and immutable else None
         if entry:
             recorder.after_launch(entry)
 
@@ -253,12 +272,13 @@ class Kernel:
         derivative would otherwise stop."""
         specs, arrays, scalars = self._bind(args)
         specs, ck = self.derivative_with_companions(specs, arrays, DUAL, mode.give_dual)
-        mode.prepare(arrays + [obj for _, obj in ck.captured])
-        launch(ck, arrays, self._fresh_random_key(ck, scalars))
+        everything = arrays + self.captured_now(ck)
+        mode.prepare(everything)
+        launch(ck, everything, self._fresh_random_key(ck, scalars))
 
-    def _checked_launch(self, specs, arrays, scalars):
+    def _checked_launch(self, specs, arrays, captured, scalars):
         """Run the instrumented variant that detects a read element being overwritten (debug only)."""
-        everything = arrays + [obj for _, obj in self._compiled(specs).captured]
+        everything = arrays + captured
         # one ndarray bound to several parameters shares one marker (`k(x, x)` reading one, writing other)
         first = {}
         alias = [first.setdefault(id(a), k) for k, a in enumerate(everything)]
@@ -266,16 +286,16 @@ class Kernel:
         ck = self._compiled(specs, mode)
         plan = ck.check_plan
         if plan is None:
-            return launch(ck, arrays, scalars)
+            return launch(ck, everything, scalars)
         markers = [tape.read_marker(everything[k]) for k in plan.marked]
         violations = Ndarray(T.i32, (len(plan.sites),))
-        launch(ck, arrays, scalars, extra=markers + [violations])
+        launch(ck, everything, scalars, extra=markers + [violations])
         runtime.get().pending_checks.append(violation_check(self.name, plan, violations, markers))
 
     # ---- what a Tape asks of a launch ----
     def array_names(self, ck):
         """Parameter names of the ndarrays of a launch: the arguments, then the captured globals."""
-        return [p.name for kind, p in ck.param_bindings if kind == "array"] + [p.name for p, _ in ck.captured]
+        return [p.name for kind, p in ck.param_bindings if kind == "array"] + [p.name for p, _, _ in ck.captured]
 
     @staticmethod
     def specs_now(specs, arrays):
@@ -293,7 +313,7 @@ class Kernel:
         captured)` added a .grad (.dual) to every array that would carry the derivative without one (`give`
         may raise instead). Every derivative launch (k.grad, k.fwd, Tape, FwdMode) asks here first, so what
         no launch can compute is refused before anything runs."""
-        everything = arrays + [obj for _, obj in self._compiled(specs).captured]
+        everything = arrays + self.captured_now(self._compiled(specs))
         field = "dual" if mode.kind == "dual" else "grad"
         for _ in range(len(everything) + 1):   # each round adds companions; at most one per array
             specs = self.specs_now(specs, arrays)
@@ -315,10 +335,11 @@ class Kernel:
             name = self.array_names(ck)[ck.facts.grad_middle[0]]
             raise AutodiffRuleError(
                 f"kernel {self.name}: its gradient reads '{name}' as it was in the middle of the launch: a loop "
-                f"reads elements of '{name}' that the same launch wrote before (in an earlier loop, or an "
-                "earlier iteration of that loop) and writes again later, so neither k.grad (which reads the "
-                "arrays as they are) nor sp.Tape (which keeps copies taken between launches) can provide "
-                "them. Split the kernel into one launch per loop, or keep the value in a local variable")
+                f"reads elements of '{name}' that an earlier iteration of the same loop wrote and a later one "
+                "writes again (or, with one ndarray bound to two of its parameters, that an earlier loop wrote "
+                "and a later one overwrites), so neither k.grad (which reads the arrays as they are) nor "
+                "sp.Tape (which keeps the contents between launches, and between the loops of a launch) can "
+                "provide them. Keep the value in a local variable, or bind distinct ndarrays")
 
     @staticmethod
     def reverse_mode(everything):
@@ -332,17 +353,25 @@ class Kernel:
         with runtime.LOCK:
             specs, arrays, scalars = self._bind(args)
             _, ck = self.derivative_with_companions(specs, arrays, DUAL, self._refuse_missing("dual"))
-            launch(ck, arrays, self._fresh_random_key(ck, scalars))   # a forward launch: new numbers
+            launch(ck, arrays + self.captured_now(ck), self._fresh_random_key(ck, scalars))   # new numbers
 
     def grad(self, *args, **kwargs):
         """Launch the reverse-mode derivative: reads the outputs' .grad, accumulates into the inputs' .grad."""
         args = self._positional(args, kwargs) if kwargs else args
         with runtime.LOCK:
             specs, arrays, scalars = self._bind(args)
-            everything = arrays + [obj for _, obj in self._compiled(specs).captured]
+            ck = self._compiled(specs)
+            captured = self.captured_now(ck)
+            everything = arrays + captured
+            if all(a.grad is None for a in everything):
+                names = self.array_names(ck)
+                raise ArgumentError(
+                    f"kernel {self.name}: k.grad(...) has nothing to differentiate: none of its arrays "
+                    f"({', '.join(repr(n) for n in names) or 'none'}) has a .grad; create the inputs to "
+                    "differentiate (and the outputs) with needs_grad=True")
             self.derivative_with_companions(specs, arrays, self.reverse_mode(everything),
                                             self._refuse_missing("grad"))
-            self.grad_bound(specs, arrays, self._last_random_key(self._compiled(specs), scalars))
+            self.grad_bound(specs, arrays, self._last_random_key(ck, scalars), captured=captured)
 
     # ---- sp.random / sp.randn: the hidden key scalar (frontend/random_numbers.py) ----
     def _fresh_random_key(self, ck, scalars):
@@ -381,16 +410,20 @@ class Kernel:
                 "temporary one)")
         return refuse
 
-    def grad_bound(self, specs, arrays, scalars, views=None):
+    def grad_bound(self, specs, arrays, scalars, views=None, captured=None):
         """`grad` with arguments already checked (a Tape replaying what it recorded). `views`: array index ->
-        StateView, binding contents a Tape kept instead of the array's current ones."""
+        StateView, binding contents a Tape kept instead of the array's current ones; `captured`: the ndarrays
+        the launch bound for its global names (default: those they refer to now)."""
+        if captured is None:
+            captured = self.captured_now(self._compiled(specs))
+        everything = arrays + captured
         fast = self._grad_replay
-        if views is None and fast is not None and fast.rerun(specs, arrays, scalars):
+        if views is None and fast is not None and fast.rerun(specs, everything, scalars):
             return
-        everything = arrays + [obj for _, obj in self._compiled(specs).captured]
-        ck = self._compiled(specs, self.reverse_mode(everything))
-        records = launch(ck, arrays, scalars, views=views)
-        self._grad_replay = BoundReplay(specs, arrays, records, ck) if records is not None and not views else None
+        ck = self._compiled(specs, self.reverse_mode(everything), captured=captured)
+        records = launch(ck, everything, scalars, views=views)
+        self._grad_replay = BoundReplay(specs, everything, records, ck) if records is not None and not views \
+            else None
 
     def spirv(self, *args, grad=False, **kwargs):
         args = self._positional(args, kwargs) if kwargs else args
@@ -447,7 +480,7 @@ def _release_compiled(compiled):
     rt = runtime.current()
     if rt is not None:
         with runtime.LOCK:
-            rt.release_tasks({id(ct) for ck in compiled.values() for ct in ck.tasks})
+            rt.release_tasks({id(ct) for variants in compiled.values() for ck in variants for ct in ck.tasks})
 
 
 def kernel(fn=None, *, ad_stack_size=None, fast_math=None):

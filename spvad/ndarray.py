@@ -1,5 +1,7 @@
 """`sp.ndarray`: a device array with optional `.grad` / `.dual` companions, and its numpy I/O."""
+import itertools
 import math
+import weakref
 
 import numpy as np
 
@@ -10,6 +12,8 @@ from .host_scalars import HostScalars
 
 
 MAX_ELEMENTS = 2**31 - 1
+_serials = itertools.count(1)   # creation order: a Tape tells the arrays born inside its block
+_with_grad = weakref.WeakSet()  # live ndarrays created with needs_grad (sp.clear_all_gradients)
 
 
 def _normalize_shape(shape):
@@ -70,6 +74,10 @@ class Ndarray:
         if self.size > MAX_ELEMENTS:   # kernels index with 32-bit integers
             raise ArgumentError(f"shape {self.shape} holds {self.size:,} scalars; an ndarray holds at most "
                                 f"2**31 - 1 = {MAX_ELEMENTS:,}")
+        if (needs_grad or needs_dual) and not self.element_dtype.is_float:
+            flag = "needs_grad" if needs_grad else "needs_dual"
+            raise ArgumentError(f"{flag}=True on a {self.dtype} ndarray: integer and bool values carry no "
+                                "derivative; only float arrays (f32, f64 and their vectors) take one")
         self._np_dtype = T.storage_np_dtype(self.element_dtype)
         with runtime.LOCK:
             rt = runtime.get()
@@ -79,6 +87,10 @@ class Ndarray:
             self.buffer = rt.device.create_buffer(max(self.size, 1) * self._np_dtype.itemsize)
         self.grad = Ndarray(self.dtype, self.shape) if needs_grad else None
         self.dual = Ndarray(self.dtype, self.shape) if needs_dual else None
+        self.serial = next(_serials)
+        if needs_grad:
+            with runtime.LOCK:   # (clear_all_gradients iterates it under the lock)
+                _with_grad.add(self)
 
     def __del__(self):
         # free the device memory with the array (a pending launch keeps it alive until the next sync)
@@ -154,13 +166,17 @@ class Ndarray:
             fwd[-1].host_write(self, index)
         self.version += 1
 
-    def zero_on_device(self, element=None):
+    def zero_on_device(self, element=None, host_write=False):
         """Zero all of the array, or one element (a flat index; every component of it), on the device in
-        launch order, and bump the version: what a Tape's and a FwdMode's gradients start from."""
+        launch order, and bump the version: what a Tape's and a FwdMode's gradients start from. With
+        `host_write`, the recording Tape (and FwdMode) see it as they see `fill(0)`."""
         item, width = self._np_dtype.itemsize, max(self.width, 1)
         first, count = (0, self.size) if element is None else (element * width, width)
+        if host_write:
+            self._host_write("fill" if element is None else "setitem", element)   # bumps the version
+        else:
+            self.version += 1
         self._runtime.device.fill_buffer(self.buffer, first * item, count * item, 0)
-        self.version += 1
 
     def from_numpy(self, arr):
         arr = np.asarray(arr)
@@ -261,6 +277,18 @@ class Ndarray:
     def __dlpack_device__(self):
         from .interop import dlpack
         return dlpack.device(self)
+
+
+def next_serial():
+    """A number below the serial of every ndarray created after this call."""
+    return next(_serials)
+
+
+def live_with_grad():
+    """The ndarrays of the current runtime, created with needs_grad, that are still alive (call it holding
+    runtime.LOCK)."""
+    rt = runtime.current()
+    return [a for a in list(_with_grad) if a._runtime is rt]
 
 
 def ndarray(dtype, shape, needs_grad=False, needs_dual=False):

@@ -15,6 +15,7 @@ from .autodiff.array_states import ArrayFacts, array_facts
 from .autodiff.dual import dual_task
 from .autodiff.extremum_ties import TieScratch
 from .autodiff.inline_derivatives import expand_derivatives
+from .autodiff.launch_states import keep_launch_states
 from .autodiff.loop_exits import eliminate_loop_exits
 from .autodiff.reverse import reverse_task
 from .autodiff.store_or_recompute import store_or_recompute
@@ -138,7 +139,7 @@ class CompiledTask:
 class CompiledKernel:
     ir: N.Kernel
     param_bindings: list
-    captured: list
+    captured: list               # (ArrayParam, GlobalName, array type): what a launch looks up for its arrays
     tasks: list
     check_plan: object = None    # mode "checked": the access checker's extra arrays
     facts: ArrayFacts = ArrayFacts()   # what a launch writes and (derivatives) which array contents it reads
@@ -228,6 +229,14 @@ def reverse_kernel(kernel, ad_stack_size, thread_private=True):
         for g in grads:
             g.source = i
         tasks += grads
+    if thread_private:   # (one ndarray bound to two parameters: a copy of each could not stay one array)
+        tasks = keep_launch_states(kernel, tasks, scratch)
+    for t in tasks:   # a depth probe binds its counters after every array of the launch, scratch included
+        if t.depth_probe is not None:
+            probe = t.depth_probe[0]
+            counters = probe.arrays[-1]
+            counters.index = len(scratch.arrays)
+            probe.arrays = scratch.arrays + [counters]
     return N.Kernel(kernel.name + "_grad", scratch.arrays, kernel.scalars, tasks, kernel.filename,
                     tuple(scratch.targets))
 

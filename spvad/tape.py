@@ -15,7 +15,7 @@ from .autodiff.array_states import PRE
 from .checkpoints import Checkpoints, StateView
 from .ir import rows
 from .errors import ArgumentError, AutodiffRuleError
-from .ndarray import Ndarray
+from .ndarray import Ndarray, live_with_grad, next_serial
 
 HOST_CALLS = {"fill": "{}.fill(...)", "from_numpy": "{}.from_numpy(...)", "setitem": "{}[...] = value"}
 
@@ -34,11 +34,12 @@ def read_marker(array):
 
 
 class Tape:
-    """`with sp.Tape(loss=loss): forward(...)` records the launches and host writes inside the block. On
-    exit it zeroes the .grad of every needs-grad ndarray the launches touched, seeds loss.grad = 1 and
-    runs the recorded gradients in reverse order, each seeing the array contents its launch saw."""
+    """`with sp.Tape(loss=loss): forward(...)` sets loss to 0 and records the launches and host writes inside
+    the block. On exit it zeroes the .grad of every needs-grad ndarray the launches touched (unless
+    clear_gradients=False), seeds loss.grad = 1 and runs the recorded gradients in reverse order, each
+    seeing the array contents its launch saw."""
 
-    def __init__(self, loss=None, validation=False, checkpoint_budget=None):
+    def __init__(self, loss=None, validation=False, checkpoint_budget=None, clear_gradients=True):
         if loss is not None:
             if not getattr(loss, "_spvad_ndarray", False):
                 raise ArgumentError(f"Tape(loss=...) needs an sp.ndarray, got {type(loss).__name__}")
@@ -49,7 +50,8 @@ class Tape:
         if checkpoint_budget is not None and (not isinstance(checkpoint_budget, int) or checkpoint_budget < 0):
             raise ArgumentError(f"Tape(checkpoint_budget=...) must be a number of bytes >= 0, got "
                                 f"{checkpoint_budget!r}")
-        self.loss, self.validation = loss, validation
+        self.loss, self.validation, self.clear_gradients = loss, validation, clear_gradients
+        self.first_serial = float("inf")   # ndarrays created after entering (Ndarray.serial) are born in the block
         self.entries = []         # LaunchEntry / HostWriteEntry / CustomEntry, in program order
         self.inside_custom = 0
         self.arrays = {}          # id -> every ndarray a recorded launch touched (their grads are zeroed)
@@ -75,11 +77,12 @@ class Tape:
         return self.names.get(id(array)) or f"an ndarray of shape {array.shape}"
 
     # ---- recording ----
-    def before_launch(self, kernel, specs, arrays, scalars, ck):
-        """Called before a launch is queued: notes what its gradient reads, gives temporary gradient
-        companions where a gradient would otherwise stop, and keeps what the launch will overwrite.
-        Returns the entry to complete with `after_launch`, or None (launches inside a replaced function)."""
-        everything = arrays + [obj for _, obj in ck.captured]
+    def before_launch(self, kernel, specs, arrays, captured, scalars, ck):
+        """Called before a launch is queued (`captured`: the ndarrays its global names refer to): notes what
+        its gradient reads, gives temporary gradient companions where a gradient would otherwise stop, and
+        keeps what the launch will overwrite. Returns the entry to complete with `after_launch`, or None
+        (launches inside a replaced function)."""
+        everything = arrays + captured
         new = [k for k, a in enumerate(everything) if id(a) not in self.arrays]
         if new:
             names = kernel.array_names(ck)
@@ -93,7 +96,7 @@ class Tape:
             if plan is None:
                 plan = self.plans[key] = self._gradient_of(kernel, specs, arrays, everything)
             specs, grad_ck, given = plan
-            for k in given:   # the plan's temporary companions, for this launch's arrays too
+            for k in given:   # the plan's temporary .grad companions, for this launch's arrays
                 if arrays[k].grad is None:
                     self._give_temporary_grad(arrays[k])
             entry = LaunchEntry(kernel, specs, arrays, scalars, everything)
@@ -124,23 +127,22 @@ class Tape:
             self.checkpoints.need(a, a.version, _rows(grad_ck.facts.read_rows, ai, field, a, entry.scalars))
 
     def _gradient_of(self, kernel, specs, arrays, everything):
-        """(specs, compiled gradient, positions of the arguments given a .grad) for a launch, after giving a
-        temporary .grad to every argument that would carry gradient from needs-grad inputs without one (the
-        chain would stop there). A later launch with the same plan gets them at the same positions."""
-        given = []
-
+        """(specs, compiled gradient, indices of the arguments given a temporary .grad) for a launch: every
+        argument that would carry gradient from needs-grad inputs without one gets it (the chain would stop
+        there)."""
         def give_grad(a, name, captured):
             if captured:
                 raise AutodiffRuleError(
                     f"sp.Tape: kernel {kernel.name} writes values that depend on needs-grad inputs into the "
                     f"global ndarray {self.name_of(a)}, which has no .grad: the gradient would stop there. "
                     "Create it with needs_grad=True")
-            given.extend(k for k, b in enumerate(arrays) if b is a)
             self._give_temporary_grad(a)
 
+        without = [k for k, a in enumerate(arrays) if a.grad is None]
         # refuses a gradient that needs mid-launch contents, as a direct k.grad does
-        specs, grad_ck = kernel.derivative_with_companions(specs, arrays, kernel.reverse_mode(everything), give_grad)
-        return specs, grad_ck, tuple(given)
+        specs, grad_ck = kernel.derivative_with_companions(specs, arrays, kernel.reverse_mode(everything),
+                                                           give_grad)
+        return specs, grad_ck, [k for k in without if arrays[k].grad is not None]
 
     def _give_temporary_grad(self, a):
         a.grad = Ndarray(a.dtype, a.shape)
@@ -148,6 +150,8 @@ class Tape:
 
     def host_write(self, array, what, index):
         """Called by ndarray before `fill`, `from_numpy` or `a[i] = v` changes `array`."""
+        if array.serial > self.first_serial and id(array) not in self.arrays:
+            return   # the initialisation of an array born in the block: it overwrites nothing a launch saw
         call = HOST_CALLS[what].format(self.name_of(array))
         if validating() and id(array) in self.markers:
             marks = self.markers[id(array)][1].to_numpy().reshape(array.size // max(array.width, 1) or 1, -1)
@@ -162,6 +166,10 @@ class Tape:
 
     # ---- the with-block ----
     def __enter__(self):
+        if self.loss is not None:   # Taichi's rule: `loss[None] += ...` starts from 0 in every Tape
+            with runtime.LOCK:
+                self.loss.zero_on_device(host_write=True)   # (an outer Tape sees a host write)
+        self.first_serial = next_serial()
         recording.stack().append(self)
         return self
 
@@ -176,9 +184,10 @@ class Tape:
     def backward(self):
         with runtime.LOCK:   # launches, fills and copies of one thread's backward pass stay together
             try:
-                for a in self.arrays.values():
-                    if a.grad is not None:
-                        a.grad.zero_on_device()
+                if self.clear_gradients:
+                    for a in self.arrays.values():
+                        if a.grad is not None:
+                            a.grad.zero_on_device()
                 if self.loss is not None:
                     self.loss.grad.fill(1)
                 for entry in reversed(self.entries):
@@ -192,6 +201,15 @@ class Tape:
         for a in self.temporary:
             a.grad = None
         self.temporary = []
+
+
+def clear_all_gradients():
+    """Zero the .grad of every live ndarray created with needs_grad (Taichi's ti.ad.clear_all_gradients), on
+    the device in launch order."""
+    with runtime.LOCK:
+        for a in live_with_grad():
+            if a.grad is not None:
+                a.grad.zero_on_device()
 
 
 def _rows(table, ai, field, array, scalars):
@@ -220,7 +238,8 @@ class LaunchEntry:
             primal, final = fields.get("primal", a.buffer), fields.get("final", a.buffer)
             if primal is not a.buffer or final is not a.buffer:
                 views[ai] = StateView(a, primal, final)
-        self.kernel.grad_bound(self.specs, self.arrays, self.scalars, views or None)
+        self.kernel.grad_bound(self.specs, self.arrays, self.scalars, views or None,
+                               captured=self.everything[len(self.arrays):])
 
 
 class HostWriteEntry:

@@ -15,7 +15,7 @@ def interpret(k, *args):
     Returns one numpy array per bound ndarray, in the order of the IR's `Kernel.arrays`."""
     specs, arrays, scalars = k._bind(args)
     ck = k._compiled(specs)
-    bound = arrays + [obj for _, obj in ck.captured]
+    bound = arrays + k.captured_now(ck)
     assert len(bound) == len(ck.ir.arrays)
     buffers = {}
     for p, obj in zip(ck.ir.arrays, bound):

@@ -132,6 +132,7 @@ class Activity:
                 for st in stores.get(s.exit_flag, ()):
                     need(st)
                 slots.add(s.exit_flag)
+        self.needed = needed   # every statement whose primal value (or running) the reverse needs
         return slots
 
     def slots_read_in(self, construct):
@@ -185,9 +186,9 @@ def check_differentiable(kernel, task, mode):
                                     f"{where}")
         if not (isinstance(s, N.AtomicRMW) and s in used):
             continue
-        # The old value an atomic returns depends on thread order: reverse mode cannot replay it (the
-        # replay would add again), forward mode cannot pair it with the dual buffer's own order.
-        if mode == "reverse" or (s.array.needs_dual and s.array.dtype.is_float):
+        # The old value an atomic returns depends on thread order: forward mode cannot pair it with the dual
+        # buffer's own order (reverse mode refuses it only where its gradient needs it: thread_order.py).
+        if mode == "dual" and s.array.needs_dual and s.array.dtype.is_float:
             raise AutodiffRuleError(f"kernel {kernel.name}: the value returned by sp.{s.op.value} on "
                                     f"'{s.array.name}' cannot be differentiated through"
                                     f"{' in forward mode' if mode == 'dual' else ''} (it depends on "

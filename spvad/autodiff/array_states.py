@@ -185,8 +185,10 @@ def gradient_reads(primal, grad_kernel, probes=()):
             if a >= num_user:
                 continue
             writers = [w for w, ws in enumerate(writers_of) if a in ws]
-            # "final" reads what `source` left; a replayed load what the writes it could see left
-            for phase in {"after"} if s.field == "final" else phases_of[source].get(a, {"before"}):
+            # "final" reads what `source` left; a replayed load what the writes it could see left; a task
+            # of source -1 (launch_states.py) what the launch found
+            phases = phases_of[source].get(a, {"before"}) if source >= 0 else {"before"}
+            for phase in {"after"} if s.field == "final" else phases:
                 done = sum(1 for w in writers if w < source or (w == source and phase == "after"))
                 state = None if phase == "middle" else PRE if done == 0 else POST if done == len(writers) else None
                 if state is None or needs.get((a, s.field), state) != state:

@@ -7,12 +7,13 @@ from ..ir import nodes as N
 from ..ir.ops import Op
 
 
-def build_count_kernel(kernel, task, measured):
-    """`measured` maps spec id -> loop of `task`; counters[spec id] receives that loop's max trip count."""
+def build_count_kernel(kernel, task, measured, skip=frozenset()):
+    """`measured` maps spec id -> loop of `task`; counters[spec id] receives that loop's max trip count.
+    `skip`: statements left out (values thread order decided, which no measured loop needs)."""
     counters = N.ArrayParam("__trip_counts", T.i32, 1, len(kernel.arrays))
     loop_ids = {id(loop): sid for sid, loop in measured.items()}
     allocas = []
-    body = replay_without_writes(task.body, {}, loop_ids=loop_ids, counters=counters, allocas=allocas)
+    body = replay_without_writes(task.body, {}, loop_ids=loop_ids, counters=counters, allocas=allocas, skip=skip)
     body.stmts[0:0] = allocas
     m = {}
     header = N.Block([N.clone_stmt(s, m) for s in task.header.stmts])
@@ -21,13 +22,15 @@ def build_count_kernel(kernel, task, measured):
                     kernel.filename), max(measured) + 1
 
 
-def replay_without_writes(block, m, on_write=None, loop_ids=(), counters=None, allocas=None):
+def replay_without_writes(block, m, on_write=None, loop_ids=(), counters=None, allocas=None, skip=frozenset()):
     """`block` cloned (value map `m`) without its global writes: a replay that never changes the user's
     arrays. `on_write(write, m, out)` may put statements of its own in a write's place (`out`: a list).
     Loops whose id is in `loop_ids` (id -> counter index) also record their trip count with an atomic max
-    into `counters` (their count slots go to `allocas`)."""
+    into `counters` (their count slots go to `allocas`). Statements in `skip` are left out."""
     out = []
     for s in block.stmts:
+        if s in skip:
+            continue
         if type(s).WRITES_ARRAY:
             if on_write is not None:
                 on_write(s, m, out)
@@ -44,7 +47,7 @@ def replay_without_writes(block, m, on_write=None, loop_ids=(), counters=None, a
                 zero = N.Const(0, T.i32)
                 out += [zero, N.LocalStore(count, zero)]
             for name in s.BLOCK_FIELDS:
-                inner = replay_without_writes(getattr(s, name), m, on_write, loop_ids, counters, allocas)
+                inner = replay_without_writes(getattr(s, name), m, on_write, loop_ids, counters, allocas, skip)
                 if count is not None:   # first in the body: after the exit flag's test, before any work
                     old, one = N.LocalLoad(count), N.Const(1, T.i32)
                     inc = N.Compute(Op.ADD, (old, one), T.i32)

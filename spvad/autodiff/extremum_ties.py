@@ -54,9 +54,10 @@ def won(e, site, value, idx, field):
 
 
 # ---- the counting task ----------------------------------------------------------------------------------
-def counting_task(task, sites, scratch):
-    """`task` replayed without writes; each site in `sites` instead counts its contribution if it won:
-    `if v == final: ties[idx] += 1`. Its statements carry the site's source line (for debug checks)."""
+def counting_task(task, sites, scratch, skip=frozenset()):
+    """`task` replayed without writes (nor the statements in `skip`); each site in `sites` instead counts its
+    contribution if it won: `if v == final: ties[idx] += 1`. Its statements carry the site's source line
+    (for debug checks)."""
     ids = {id(s) for s in sites}
 
     def count(site, m, out):
@@ -71,7 +72,7 @@ def counting_task(task, sites, scratch):
 
     m = {}
     header = N.Block([N.clone_stmt(s, m) for s in task.header.stmts])
-    body = replay_without_writes(task.body, m, on_write=count)
+    body = replay_without_writes(task.body, m, on_write=count, skip=skip)
     return N.Task(task.name + "_ties", task.kind, header, m[task.num_threads], body)
 
 
@@ -79,18 +80,8 @@ def counting_task(task, sites, scratch):
 def fixup_task(array, scratch, name, mode):
     """One thread per element of `array`: where contributions won (count > 0), reverse mode clears .grad
     (the old value lost) and forward mode sets .dual to the mean of the winners' tangents; resets scratch."""
-    header = N.Block()
-    total = header.append(N.Const(1, T.i32))
-    for axis in range(array.ndim):
-        total = header.append(N.Compute(Op.MUL, (total, header.append(N.ArrayShape(array, axis))), T.i32))
-    body = N.Block()
+    header, total, body, idx = each_element(array)
     emit = body.append
-    shapes = [emit(N.ArrayShape(array, axis)) for axis in range(array.ndim)]   # the body sees no header value
-    idx, rest = [], emit(N.ThreadIndex())
-    for dim in reversed(shapes):   # row-major: the last axis varies fastest
-        idx.append(emit(N.Compute(Op.MOD, (rest, dim), T.i32)))
-        rest = emit(N.Compute(Op.FLOORDIV, (rest, dim), T.i32))
-    idx = tuple(reversed(idx))
     ties = scratch.param(array, "ties")
     count = emit(N.GlobalLoad(ties, idx))
     zero = emit(N.Const(0, T.i32))
@@ -108,12 +99,28 @@ def fixup_task(array, scratch, name, mode):
     return N.Task(name, "parallel", header, total, body)
 
 
-def reverse_tie_tasks(task, sites, scratch):
+def each_element(array):
+    """(header, thread count, body, index tuple) of a task with one thread per element of `array`."""
+    header = N.Block()
+    total = header.append(N.Const(1, T.i32))
+    for axis in range(array.ndim):
+        total = header.append(N.Compute(Op.MUL, (total, header.append(N.ArrayShape(array, axis))), T.i32))
+    body = N.Block()
+    emit = body.append
+    shapes = [emit(N.ArrayShape(array, axis)) for axis in range(array.ndim)]   # the body sees no header value
+    idx, rest = [], emit(N.ThreadIndex())
+    for dim in reversed(shapes):   # row-major: the last axis varies fastest
+        idx.append(emit(N.Compute(Op.MOD, (rest, dim), T.i32)))
+        rest = emit(N.Compute(Op.FLOORDIV, (rest, dim), T.i32))
+    return header, total, body, tuple(reversed(idx))
+
+
+def reverse_tie_tasks(task, sites, scratch, skip=frozenset()):
     """(tasks before, tasks after) the derivative task of `task` in a gradient kernel."""
     if not sites:
         return [], []
     targets = list(dict.fromkeys(s.array for s in sites))
-    count = counting_task(task, sites, scratch)
+    count = counting_task(task, sites, scratch, skip)
     fixups = [fixup_task(a, scratch, f"{task.name}_{a.name}_winners", "reverse") for a in targets]
     return [count], fixups
 

@@ -19,6 +19,7 @@ from .depth_probe import build_count_kernel
 from .extremum_ties import active_extrema, reverse_tie_tasks, won
 from .loop_exits import eliminate_loop_exits
 from .rules import ATOMIC_RULES, partials
+from .thread_order import refuse_needed, thread_order_values
 
 
 def reverse_task(kernel, task, sizer_options, scratch, thread_private=True):
@@ -28,18 +29,20 @@ def reverse_task(kernel, task, sizer_options, scratch, thread_private=True):
     check_differentiable(kernel, task, "reverse")
     eliminate_loop_exits(task)
     rev = Reverser(kernel, task, sizer_options, scratch, thread_private)
+    refuse_needed(kernel, task, rev.unreplayable, rev.act.needed)
     grad = rev.run()
     if grad is None:
         return []
     if grad.stack_sizes.measured:
-        grad.depth_probe = build_count_kernel(kernel, task, grad.stack_sizes.measured)
-    before, after = reverse_tie_tasks(task, active_extrema(task, rev.act), scratch)
+        grad.depth_probe = build_count_kernel(kernel, task, grad.stack_sizes.measured, rev.unreplayable)
+    before, after = reverse_tie_tasks(task, active_extrema(task, rev.act), scratch, rev.unreplayable)
     return before + [grad] + after
 
 
 class Reverser(Emitter):
     prints = False   # whether a replay keeps the primal's prints (the first replay of an in-kernel derivative)
     width = 1        # adjoint components per value: an in-kernel jacobian's sweep carries one per output
+    unreplayable = frozenset()   # statements thread order decided (thread_order.py): never replayed
 
     def __init__(self, kernel, task, sizer_options, scratch, thread_private=True):
         super().__init__()
@@ -53,6 +56,7 @@ class Reverser(Emitter):
         self.snapshots = {}    # construct -> [(slot, AdStackAlloca of a loop | Alloca of an if)]
         self.flushes = {}      # construct -> {(array, indices): accumulator Alloca} (see _load_scope)
         self.thread_private = _thread_private_arrays(task) if thread_private else set()
+        self.unreplayable = thread_order_values(task)   # what thread order decided: no replay recomputes it
 
     def run(self):
         if not self.act.rev_work:
@@ -131,7 +135,8 @@ class Reverser(Emitter):
     def replay(self, stmts, m, snap):
         for s in stmts:
             self.loc = s.loc
-            if isinstance(s, N.Alloca) or type(s).WRITES_ARRAY or (isinstance(s, N.Print) and not self.prints):
+            if isinstance(s, N.Alloca) or type(s).WRITES_ARRAY or (isinstance(s, N.Print) and not self.prints) \
+                    or s in self.unreplayable:
                 continue   # slots are hoisted; the gradient kernel never writes primal outputs nor prints
             if isinstance(s, N.Seed):   # an in-kernel derivative's input (inline_reverse.py): its value
                 m[s] = m[s.value]

@@ -10,7 +10,7 @@ import numpy as np
 from .. import types as T
 from ..ir import nodes as N
 from ..ir.ops import Op
-from .values import FieldRef
+from .values import FieldRef, array_type
 from .vectors import VecValue, shape_words, shaped
 
 
@@ -26,13 +26,15 @@ def array_param(b, name, dtype, ndim, needs_grad, needs_dual):
 
 
 def captured_array(b, name, obj):
-    """The IR array of an ndarray a kernel reads by a global (or closure) name: one parameter per object."""
-    for p, o in b.captured:
-        if o is obj:
+    """The IR array of an ndarray a kernel reads by a global (or closure) name: one parameter per binding, not
+    per object (two names may part at a later launch, which binds what each name refers to then)."""
+    site = b.src.site(name)
+    for p, s, _ in b.captured:
+        if s.key == site.key:
             return p
-    p = array_param(b, name, obj.dtype, obj.ndim, obj.grad is not None, obj.dual is not None)
-    b.captured.append((p, obj))
-    b.resolve_global_array(name, obj)
+    kind = array_type(obj)
+    p = array_param(b, name, *kind)
+    b.captured.append((p, site, kind))
     return p
 
 

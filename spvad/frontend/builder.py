@@ -31,13 +31,14 @@ class KernelBuilder(TasksMixin, ExprVisitor):
     statement_call = None   # the call that is a whole expression statement (its value is discarded)
     none_result = None      # (func name, Loc, what) after inlining a func that may return None
 
-    def __init__(self, src: FunctionSource, specs, resolve_global_array):
+    def __init__(self, src: FunctionSource, specs):
         super().__init__()
-        self.src, self.specs, self.resolve_global_array = src, specs, resolve_global_array
+        self.src, self.specs = src, specs
         self.kernel = N.Kernel(src.name, [], [], [], src.filename)
         self.param_bindings = []          # per Python parameter: ('array', ArrayParam) | ('scalar', ScalarParam)
         #                                   | ('vector', (ScalarParam per component))
-        self.captured = []                # (ArrayParam, python ndarray object)
+        self.captured = []                # (ArrayParam, GlobalName, (dtype, ndim, grad?, dual?)) of each
+        #                                   ndarray read through a global name
         self.vector_arrays = {}           # ArrayParam of an ndarray of vectors / matrices -> element shape
         #                                   (its trailing storage axes)
         self.loops = []                   # stack of "parallel" | RangeFor | While | "static"
@@ -458,10 +459,10 @@ class KernelBuilder(TasksMixin, ExprVisitor):
     def visit_Return(self, node):
         funcs.func_return(self, node)
 
-def build_kernel(pyfunc, specs, resolve_global_array=lambda name, obj: None):
+def build_kernel(pyfunc, specs):
     """Compile `pyfunc` for argument `specs` (ArraySpec or DType per parameter) into a Kernel.
 
     Returns (kernel, param_bindings, captured)."""
-    b = KernelBuilder(FunctionSource.of(pyfunc), specs, resolve_global_array)
+    b = KernelBuilder(FunctionSource.of(pyfunc), specs)
     kernel = b.build()
     return kernel, b.param_bindings, b.captured

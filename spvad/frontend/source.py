@@ -62,18 +62,40 @@ def _block_by_indentation(fn):
     return (block, start + 1, module) if len(module.body) == 1 else None
 
 
+class GlobalName:
+    """Where a free name of a kernel or func is bound: a closure cell or a module's globals. `get()` reads
+    what the name refers to now (Python's rule: a launch binds the ndarray the name refers to then)."""
+    __slots__ = ("name", "cell", "namespace", "key")
+
+    def __init__(self, name, cell=None, namespace=None):
+        self.name, self.cell, self.namespace = name, cell, namespace
+        self.key = (id(cell if cell is not None else namespace), name)   # one binding, however reached
+
+    def get(self, default=None):
+        if self.cell is None:
+            return self.namespace.get(self.name, default)
+        try:
+            return self.cell.cell_contents
+        except ValueError:   # the enclosing function deleted it
+            return default
+
+    @classmethod
+    def of(cls, fn, name):
+        """The binding `name` resolves through in `fn` now: a filled closure cell, else its module's globals
+        (FunctionSource.lookup's order)."""
+        for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            if var == name and cls(name, cell=cell).get(_MISSING) is not _MISSING:
+                return cls(name, cell=cell)
+        return cls(name, namespace=fn.__globals__)
+
+
 class FunctionSource:
     def __init__(self, fn, tree, filename, first_line, lines):
         self.fn, self.tree, self.filename = fn, tree, filename
         self.first_line, self.lines = first_line, lines
         self.name = fn.__name__
-        closure = fn.__closure__ or ()
-        self.closure = {}
-        for name, cell in zip(fn.__code__.co_freevars, closure):
-            try:
-                self.closure[name] = cell.cell_contents
-            except ValueError:   # cell not yet filled (e.g. a func defined later in the enclosing scope)
-                pass
+        # cells, not their contents: a func's source is kept, and a closure may be re-bound later
+        self.cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
         self.globals = fn.__globals__
 
     @classmethod
@@ -89,6 +111,10 @@ class FunctionSource:
         tree, filename, first, lines = parsed
         return cls(fn, tree, filename, first, lines)
 
+    def site(self, name):
+        """The GlobalName that `name` resolves through now."""
+        return GlobalName.of(self.fn, name)
+
     def loc(self, node):
         lineno = getattr(node, "lineno", 1)
         k = lineno - 1
@@ -96,8 +122,12 @@ class FunctionSource:
         return Loc(self.filename, self.first_line + lineno - 1, text.rstrip("\n"))
 
     def lookup(self, name, default=_MISSING):
-        if name in self.closure:
-            return self.closure[name]
+        cell = self.cells.get(name)
+        if cell is not None:
+            try:
+                return cell.cell_contents
+            except ValueError:   # not yet filled (e.g. a func defined later in the enclosing scope)
+                pass
         if name in self.globals:
             return self.globals[name]
         builtins = self.globals.get("__builtins__", {})

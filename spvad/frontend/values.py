@@ -10,6 +10,13 @@ class ArraySpec:
         self.dtype, self.ndim, self.needs_grad, self.needs_dual = dtype, ndim, needs_grad, needs_dual
 
 
+def array_type(a):
+    """What a kernel compiled for an ndarray assumes of it (dtype, ndim, whether .grad / .dual exist); None
+    for anything else."""
+    return (a.dtype, a.ndim, a.grad is not None, a.dual is not None) if getattr(a, "_spvad_ndarray", False) \
+        else None
+
+
 class VectorArgSpec:
     """A vector kernel argument passed by value (one push constant per component). Shaped like ArraySpec
     (ndim None) so a specialisation key can describe either."""

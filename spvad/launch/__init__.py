@@ -18,10 +18,11 @@ __all__ = ["launch", "dispatch", "Replay", "BoundReplay", "relaunch", "same_thre
 
 def launch(ck, arrays, scalars, extra=(), views=None):
     """Queue every task of a compiled kernel on the device (asynchronous) and bump the versions of what it
-    writes. Returns the recorded dispatches when repeating them needs no host work (no adstacks), else None.
+    writes. `arrays`: the ndarrays it binds, the arguments' then those of its global names (Kernel.arrays'
+    order). Returns the recorded dispatches when repeating them needs no host work (no adstacks), else None.
     `views`: array index -> an object bound instead of that array (a Tape's kept contents)."""
     rt = runtime.get()
-    arrays = arrays + [obj for _, obj in ck.captured] + list(extra)
+    arrays = list(arrays) + list(extra)
     if views:
         for k, view in views.items():
             arrays[k] = view

@@ -15,20 +15,22 @@ _PLAIN = {int: lambda dt: dt.is_int, float: lambda dt: dt.is_float}   # a plain 
 
 class Replay:
     """The dispatches of a kernel's last launch. Calling the kernel again with the very same argument
-    objects (same ndarrays, same scalar objects) repeats them without checking or packing anything again."""
+    objects (same ndarrays, same scalar objects) while its global names refer to the same ndarrays repeats
+    them without checking or packing anything again."""
 
-    def __init__(self, args, specs, scalars, records, ck):
+    def __init__(self, args, specs, scalars, records, ck, captured):
         self.rt = runtime.current()
         self.scalars, self.ck = scalars, ck
         self.draws_random = random_key_index(ck.ir) is not None   # each launch takes a fresh key (kernel.py)
-        self.captured = [obj for _, obj in ck.captured]
+        # weakly: a name re-bound lets its old ndarray (and the memory the records bind) go
+        self.globals = [(site, weakref.ref(obj)) for (_, site, _), obj in zip(ck.captured, captured)]
         self.args = tuple(weakref.ref(a) if getattr(a, "_spvad_ndarray", False) else a for a in args)
         self.positions = [k for k, a in enumerate(args) if getattr(a, "_spvad_ndarray", False)]
         self.specs, self.records = specs, records
         self.threads_fixed = all(r.threads_fixed for r in records)   # by the shapes alone
         n = len(self.positions)   # what a launch writes, by argument position / captured object
         self.written_args = [(self.positions[ai], f) for ai, f in ck.facts.writes if ai < n]
-        self.written_captured = [companion(self.captured[ai - n], f) for ai, f in ck.facts.writes if ai >= n]
+        self.written_captured = [(ai - n, f) for ai, f in ck.facts.writes if ai >= n]
 
     def new_scalars(self, kernel, args):
         """Same ndarrays, other scalar values of the same dtypes (e.g. a time-step index): the checked
@@ -36,6 +38,10 @@ class Replay:
         that does not apply."""
         if len(args) != len(self.args) or self.rt is not runtime.current():
             return None
+        for site, ref in self.globals:   # Python's rule: the arrays the names refer to at this launch
+            obj = ref()
+            if obj is None or site.get() is not obj:
+                return None
         scalars, same = [], True
         for (name, ann), a, b, spec in zip(kernel.params, args, self.args, self.specs):
             if type(b) is weakref.ref:
@@ -58,6 +64,10 @@ class Replay:
     def arrays(self, args):
         return [args[k] for k in self.positions]
 
+    def captured(self):
+        """The ndarrays of the global names (alive: new_scalars found them bound)."""
+        return [ref() for _, ref in self.globals]
+
     def run(self, args, scalars):
         """Launch again: the recorded dispatches as they are, or with push constants packed for new scalars."""
         if scalars is self.scalars:
@@ -69,13 +79,14 @@ class Replay:
             relaunch(self.records, scalars)
         for k, field in self.written_args:
             companion(args[k], field).version += 1
-        for a in self.written_captured:
-            a.version += 1
+        for k, field in self.written_captured:
+            companion(self.globals[k][1](), field).version += 1
 
 
 class BoundReplay:
     """A gradient launch's dispatches (no adstacks), repeated for already-checked arguments with the same
-    ndarrays and scalar dtypes: a Tape replaying a time loop only repacks the push constants."""
+    ndarrays (those of the global names included) and scalar dtypes: a Tape replaying a time loop only
+    repacks the push constants."""
 
     def __init__(self, specs, arrays, records, ck):
         self.rt = runtime.current()
@@ -92,7 +103,7 @@ class BoundReplay:
                 _scalar_dtypes(specs) != self.dtypes or not same_threads(self.records, scalars):
             return False
         relaunch(self.records, scalars)
-        bump_versions(self.ck.facts.writes, arrays + [obj for _, obj in self.ck.captured])
+        bump_versions(self.ck.facts.writes, arrays)
         return True
 
 
