@@ -24,14 +24,22 @@ class TasksMixin:
         return task
 
     def flush_serial(self, stmts):
-        if not stmts:
+        """The top-level statements between two parallel loops, in order: top-level values (try_lazy_assign)
+        bind names, and the first other statement starts a serial task holding the rest."""
+        pending = list(stmts)
+        stmts.clear()
+        while pending and self.try_lazy_assign(pending[0]):
+            pending.pop(0)
+        if not pending:
             return
-        task = self.new_task("serial", stmts[0])
+        task = self.new_task("serial", pending[0])
         self.block = task.header
         task.num_threads = self.const(1)
         self.block = task.body
-        self.visit_body(stmts)
-        stmts.clear()
+        for k, stmt in enumerate(pending):
+            if k == 0 or not self.try_lazy_assign(stmt):   # pending[0] was tried above
+                self.visit_body([stmt])
+        self.task = None
 
     def parallel_task(self, node):
         if node.orelse:
@@ -83,6 +91,7 @@ class TasksMixin:
         self.loops.pop()
         for t in targets:
             self.scope.names[t.id] = ENDED
+        self.task = None
 
     def continues_this_loop(self, node):
         if isinstance(node, ast.Continue):
