@@ -143,18 +143,19 @@ class CompiledKernel:
     tasks: list
     check_plan: object = None    # mode "checked": the access checker's extra arrays
     facts: ArrayFacts = ArrayFacts()   # what a launch writes and (derivatives) which array contents it reads
+    distinct: tuple = ()   # (array index, array index, message): never one ndarray for both (N.Kernel.distinct)
 
 
 def compile_kernel(fn, specs, mode, target, ad_stack_size=None, name=None):
     """Compile `fn` for argument `specs` (frontend ArraySpec / VectorArgSpec / DType per parameter)."""
     name = name or fn.__name__
     primal, bindings, captured = build_kernel(fn, specs)
-    refuse_rewritten_counts(primal)
+    distinct = primal.distinct + refuse_rewritten_counts(primal)
     ir, check_plan = run_passes(primal, mode, ad_stack_size, target.validate, target.skip)
     tasks = [compile_task(ir, task, target, name) for task in ir.tasks]
     probes = [(t.task.source, t.task.depth_probe[0]) for t in tasks if t.depth_probe is not None]
     facts = array_facts(primal, ir, mode.derivative, probes)
-    return CompiledKernel(ir, bindings, captured, tasks, check_plan, facts)
+    return CompiledKernel(ir, bindings, captured, tasks, check_plan, facts, distinct)
 
 
 # The optimiser's IR passes: name -> (pass before autodiff, pass after it), each Kernel -> Kernel. A primal
@@ -300,14 +301,23 @@ def compile_task(ir, task, target, kernel_name):
 
 def refuse_rewritten_counts(kernel):
     """A parallel loop whose bounds read an array element it also writes: Python evaluates range() once,
-    before the loop, but the loop's threads read the bounds while others write them."""
+    before the loop, but the loop's threads read the bounds while others write them. Returns the pairs
+    (bound array, written array, message) that a launch must not bind to one ndarray."""
+    pairs = {}
     for task in kernel.tasks:
-        loads = header_loads(task)
-        written = {s.array.index for s in N.walk(task.body) if type(s).WRITES_ARRAY and s.field == "primal"}
-        for load in loads:
-            if load.array.index in written:
-                loc = load.loc
+        written = {s.array.index: s.array for s in N.walk(task.body) if type(s).WRITES_ARRAY and s.field == "primal"}
+        for load in header_loads(task):
+            a, loc = load.array, load.loc
+            if a.index in written:
                 raise CompileError(
-                    f"this parallel loop's bounds read '{load.array.name}', which the loop writes: its threads "
+                    f"this parallel loop's bounds read '{a.name}', which the loop writes: its threads "
                     "would read the bounds while others change them; copy the bound to another array (or a "
                     "scalar argument) before the loop", loc and loc.filename, loc and loc.lineno, loc and loc.source)
+            for w in written.values():   # another parameter, which the same ndarray may be bound to
+                if (w.dtype, w.ndim) == (a.dtype, a.ndim):
+                    pairs.setdefault((a.index, w.index), (
+                        f"kernel {kernel.name}: one ndarray is bound to both '{a.name}' and '{w.name}', but the "
+                        f"parallel loop at line {loc.lineno if loc else '?'} reads its bounds from '{a.name}' and "
+                        f"writes '{w.name}': its threads would read the bounds while others change them; pass two "
+                        "different ndarrays"))
+    return tuple((i, j, why) for (i, j), why in pairs.items())

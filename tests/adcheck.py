@@ -4,6 +4,8 @@ independent float64 numpy reference and the central finite differences of that r
 A reference has the kernel's signature and writes its outputs in place (numpy float64 copies of the
 arguments), so `loss[None] += ...` and stores mean the same thing in both.
 """
+import contextlib
+
 import numpy as np
 
 import spvad as sp
@@ -116,3 +118,18 @@ def check_case(case, rng):
         import pytest
         pytest.skip("device has no float64")
     return check_grad(kernel, ref, args, outs, wrt, rng)
+
+
+@contextlib.contextmanager
+def maybe_debug(debug):
+    """With `debug`, the test's backend runs with debug=True (bounds checks on the device) and the next sync,
+    at the end, must report nothing out of bounds; the plain runtime is back afterwards."""
+    backend = sp.device_info()["backend"]
+    if debug:
+        sp.init(backend=backend, debug=True)
+    try:
+        yield
+        sp.sync()   # debug: no out-of-bounds report
+    finally:
+        if debug:
+            sp.init(backend=backend)

@@ -9,7 +9,7 @@ from .. import types as T
 from ..ir import nodes as N
 from ..ir.emit import PY_SCALARS
 from ..ir.ops import Op
-from . import funcs
+from . import array_reads, funcs
 from .arrays import array_param, atomic_element, load_element, store_element, subscript_target, user_ndim
 from .derivatives import Transform
 from .exprs import ExprVisitor
@@ -47,6 +47,10 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         self.inline_stack = []
         self.index_blocks = {}            # id of a loop index value -> the block it is bound in
         self.random = RandomState()       # sp.random / sp.randn (random_numbers.py)
+        self.read_values = {}             # (id of an ArrayRead, id of a task) -> its value there
+        self.read_uses = {}               # (.., .., in the header) -> (ArrayRead, task, Loc, arrays it read)
+        self.trial_task = None            # in try_lazy_assign: the task it runs in (self.task is None)
+        self.hoisting = False             # in array_reads' hoisting
 
     # ---- entry ----
     def build(self):
@@ -96,11 +100,10 @@ class KernelBuilder(TasksMixin, ExprVisitor):
             if isinstance(stmt, ast.For) and not self.is_static_iter(stmt.iter):
                 self.flush_serial(serial)
                 self.parallel_task(stmt)
-            elif self.try_lazy_assign(stmt):
-                continue
             else:
                 serial.append(stmt)
         self.flush_serial(serial)
+        self.kernel.distinct = array_reads.check(self)
         return self.kernel
 
     def at(self, node):
@@ -121,6 +124,9 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         return None
 
     def try_lazy_assign(self, stmt):
+        """Bind a top-level `name = expr` (or `a, b = ...`) without a local when its value is valid in any task:
+        one of arguments and shapes becomes a Lazy, re-evaluated where used; one reading arrays an ArrayRead
+        (array_reads.py). False: the statement is an ordinary one."""
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
             return False
         target = stmt.targets[0]
@@ -131,25 +137,28 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         if any(n in self.variables for n in names):
             return False   # assigned again in a loop or if (`acc = 0.0` ... `acc = acc + x[k]`): a local
         scratch = N.Block()
-        saved, self.block = self.block, scratch
+        # tried as between tasks (a local, a random draw fails), though ArrayReads are this task's values
+        saved, self.block, self.task, self.trial_task = self.block, scratch, None, self.task
         try:
             self.at(stmt)
-            self.task = None
             value = self.visit(stmt.value)
             values = self.unpack(value, len(names)) if unpack else [value]
         except Exception:
             return False
         finally:
-            self.block = saved
-        if all(type(s).HEADER_OK for s in scratch.stmts) and all(   # arguments only: valid in any task
-                isinstance(v, (N.Stmt, VecValue) + PY_SCALARS) for v in values):
-            # The Lazy keeps a snapshot of the names it may read: a later rebinding must not change it.
-            snapshot = Scope(self.scope.src, self.scope.names)
-            for k, (name, v) in enumerate(zip(names, values)):
-                self.scope.names[name] = v if isinstance(v, PY_SCALARS) else Lazy(
-                    stmt.value, snapshot, k if unpack else None)
+            self.block, self.task, self.trial_task = saved, self.trial_task, None
+        loads = array_reads.array_loads(scratch)
+        if loads is None or not all(isinstance(v, (N.Stmt, VecValue) + PY_SCALARS) for v in values):
+            return False
+        # A snapshot of the names it may read: a later rebinding must not change it.
+        snapshot = Scope(self.scope.src, self.scope.names)
+        if loads:
+            array_reads.bind(self, stmt.value, names, values, unpack, snapshot, scratch)
             return True
-        return False
+        for k, (name, v) in enumerate(zip(names, values)):   # arguments only: valid in any task
+            self.scope.names[name] = v if isinstance(v, PY_SCALARS) else Lazy(stmt.value, snapshot,
+                                                                                k if unpack else None)
+        return True
 
     def as_tuple(self, value):
         """A tuple, `x.shape` as a tuple of shape values, a vector as its components; None for anything else."""

@@ -6,14 +6,14 @@ import ast
 from .. import types as T
 from ..ir import nodes as N
 from ..ir.emit import PY_SCALARS, py_dtype
-from . import calls
+from . import array_reads, calls
 from .arrays import captured_array, load_element, subscript_target, user_ndim
 from .local_arrays import (constant_items, list_literal, local_group, read_element, read_local_element,
                            repeated_list, tuple_item)
 from .matrices import constant_matrix, matrix_attribute
 from .methods import METHODS, BoundMethod, UnboundMethod
 from .operators import ValueEmitter
-from .values import ENDED, FieldRef, Lazy, ShapeRef, TemplateValue
+from .values import ENDED, ArrayRead, FieldRef, Lazy, ShapeRef, TemplateValue
 from .vectors import (COMPONENTS, MatValue, VecArg, VecSlots, VecValue, constant_vector, is_constant_matrix,
                       is_constant_vector, load_vector_slots, shaped, vector_ifexp)
 
@@ -37,6 +37,8 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
                 return shaped([self.emit(N.ScalarArg(p)) for p in v.params], v.shape)
             if v is ENDED:
                 self.error(f"loop index '{name}' is only defined inside its loop")
+            if isinstance(v, ArrayRead):
+                return array_reads.value_of(self, v)
             if isinstance(v, Lazy):
                 saved, self.scope = self.scope, v.scope
                 try:

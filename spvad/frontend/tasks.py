@@ -1,12 +1,11 @@
 """The frontend's tasks: a top-level `for` becomes a parallel task (its range / sp.ndrange dimensions give the
-thread count, evaluated in the header on the host, and the loop indices, recomputed from the thread index in
-the body); other top-level statements become single-thread serial tasks."""
+thread count, evaluated from the header on the host, or on the device when it reads arrays, and the loop
+indices, recomputed from the thread index in the body); other top-level statements become serial tasks."""
 import ast
 
 from .. import types as T
 from ..errors import ThreadCountError
 from ..ir import nodes as N
-from ..ir.emit import PY_SCALARS
 from .arrays import user_ndim
 from .values import ENDED, FieldRef
 from .vectors import VecValue
@@ -25,14 +24,22 @@ class TasksMixin:
         return task
 
     def flush_serial(self, stmts):
-        if not stmts:
+        """The top-level statements between two parallel loops, in order: top-level values (try_lazy_assign)
+        bind names, and the first other statement starts a serial task holding the rest."""
+        pending = list(stmts)
+        stmts.clear()
+        while pending and self.try_lazy_assign(pending[0]):
+            pending.pop(0)
+        if not pending:
             return
-        task = self.new_task("serial", stmts[0])
+        task = self.new_task("serial", pending[0])
         self.block = task.header
         task.num_threads = self.const(1)
         self.block = task.body
-        self.visit_body(stmts)
-        stmts.clear()
+        for k, stmt in enumerate(pending):
+            if k == 0 or not self.try_lazy_assign(stmt):   # pending[0] was tried above
+                self.visit_body([stmt])
+        self.task = None
 
     def parallel_task(self, node):
         if node.orelse:
@@ -84,6 +91,7 @@ class TasksMixin:
         self.loops.pop()
         for t in targets:
             self.scope.names[t.id] = ENDED
+        self.task = None
 
     def continues_this_loop(self, node):
         if isinstance(node, ast.Continue):
@@ -141,18 +149,16 @@ class TasksMixin:
         return out
 
     def extent(self, lo, hi, step):
-        if step > 0:
-            n = self.binop("-", hi, lo)
-        else:
-            n = self.binop("-", lo, hi)
-        if abs(step) != 1:
-            n = self.binop("//", self.binop("+", n, abs(step) - 1), abs(step))
-        return self.minmax_zero(n)
-
-    def minmax_zero(self, n):
-        if isinstance(n, PY_SCALARS):
-            return max(n, 0)
-        return self.minmax(Op.MAX, n, 0)
+        """len(range(lo, hi, step)) with no intermediate outside 32 bits unless the count itself is (the usual
+        (hi - lo + |step| - 1) // |step| overflows near 2**31): the count of [a, b) in steps of s = |step|."""
+        a, b, s = (lo, hi, step) if step > 0 else (hi, lo, -step)
+        b = max(a, b) if isinstance(a, int) and isinstance(b, int) else self.minmax(Op.MAX, b, a)   # empty: 0
+        if s == 1:
+            return self.binop("-", b, a)
+        # a = s qa + ra, b = s qb + rb (floor division, 0 <= r < s): ceil((b - a) / s) = qb - qa + (rb > ra),
+        # where |qb - qa| <= 2**32 / s fits for s >= 2
+        q = self.binop("-", self.binop("//", b, s), self.binop("//", a, s))
+        return self.binop("+", q, self.select(self.binop(">", self.binop("%", b, s), self.binop("%", a, s)), 1, 0))
 
     def range_args(self, args):
         vals = [self.visit(a) for a in args]

@@ -83,6 +83,17 @@ class Lazy:
         self.node, self.scope, self.index = node, scope, index
 
 
+class ArrayRead(Lazy):
+    """A top-level value read from arrays (`m = n[None]`, `lo, hi = b[0], b[1]`): `name`, the value of `node`
+    (element `index` of it) at the assignment, which stands at `origin` among the kernel's dispatches: the index
+    of the first task whose writes come after it, and the ids of the statements that task held before it
+    (frontend/array_reads.py)."""
+
+    def __init__(self, node, scope, index, name, origin, loc):
+        super().__init__(node, scope, index)
+        self.name, self.origin, self.loc = name, origin, loc
+
+
 class FieldRef:
     """`x.grad` / `x.dual` inside a kernel: the companion buffer of an array."""
 

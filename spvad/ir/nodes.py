@@ -457,6 +457,9 @@ class Kernel:
     # derivative kernels: (kind, user array index) of each scratch array parameter after the user's arrays,
     # which the launcher supplies (see autodiff/extremum_ties.py)
     scratch: tuple = ()
+    # (array index, array index, message): parameters a launch must not find bound to one ndarray (a value read
+    # from the first while the kernel writes the second: frontend/array_reads.py, pipeline's counts)
+    distinct: tuple = ()
 
 
 def loops_in(block):

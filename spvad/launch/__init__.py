@@ -2,6 +2,7 @@
 buffers, adstack homes and depth probes (device_task.py), thread counts read from arrays (device_count.py),
 replays of recorded launches (replay.py) and the array versions a Tape follows (versions.py)."""
 from .. import runtime
+from ..errors import ArgumentError
 from ..spirv.lower import LOCAL_SIZE_SPEC_ID
 from ..spirv.lower_adstack import BUFFER
 from .device_task import task_on_device
@@ -23,6 +24,9 @@ def launch(ck, arrays, scalars, extra=(), views=None):
     `views`: array index -> an object bound instead of that array (a Tape's kept contents)."""
     rt = runtime.get()
     arrays = list(arrays) + list(extra)
+    for i, j, why in ck.distinct:   # one ndarray under two names where the kernel needs two (pipeline.py)
+        if arrays[i] is arrays[j]:
+            raise ArgumentError(why)
     if views:
         for k, view in views.items():
             arrays[k] = view

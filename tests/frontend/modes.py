@@ -19,7 +19,12 @@ def weighted_sum_2d(out: sp.Array, w: sp.Array, loss: sp.Array):
         loss[None] += out[i, j] * w[i, j]
 
 
-WEIGHTED_SUM = {1: weighted_sum_1d, 2: weighted_sum_2d}
+@sp.kernel
+def weighted_sum_0d(out: sp.Array, w: sp.Array, loss: sp.Array):
+    loss[None] += out[None] * w[None]
+
+
+WEIGHTED_SUM = {0: weighted_sum_0d, 1: weighted_sum_1d, 2: weighted_sum_2d}
 
 
 def perturbed(args, k, direction, h):

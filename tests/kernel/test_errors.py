@@ -150,6 +150,14 @@ def loop_index_after_loop(x: sp.Array):
 @sp.kernel
 def local_of_other_dispatch(x: sp.Array):
     v = x[0] * 2
+    v += 1.0              # assigned twice: a local of the serial task, not a top-level value
+    for i in range(x.shape[0]):
+        x[i] = v
+
+
+@sp.kernel
+def read_value_rewritten(x: sp.Array):
+    v = x[0] * 2          # a top-level value read from x, which the loop writes while its threads read it
     for i in range(x.shape[0]):
         x[i] = v
 
@@ -191,6 +199,7 @@ COMPILE_ERRORS = [
     (early_func_return, "v = v * 2.0", "returns a value on some paths but None"),
     (loop_index_after_loop, "x[i] = k", "loop index 'k'"),
     (local_of_other_dispatch, "x[i] = v", "another top-level statement"),
+    (read_value_rewritten, "x[i] = v", "this loop writes 'x' at line"),
     (bitwise_on_float, "x[i] = x[i] & 1", "needs integers"),
     (assert_statement, "assert x[i] > 0", "assert"),
     (is_comparison, "x[i] = 1.0 if x[i] is None else 0.0", "is / in"),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
-from tests.adcheck import assert_close, check_grad, finite_differences, rand
+from tests.adcheck import assert_close, check_grad, finite_differences, maybe_debug, rand
 
 pytestmark = pytest.mark.backends
 
@@ -200,15 +200,8 @@ def check_fwd(kernel, ref, args, outs, wrt, rng, rtol=1e-4, eps=1e-6):
 @pytest.mark.parametrize("name", list(CASES))
 def test_forward_and_reverse(name, debug, rng):
     kernel, ref, make_args, outs, wrt = CASES[name]
-    backend = sp.device_info()["backend"]
-    if debug:
-        sp.init(backend=backend, debug=True)
-    try:
+    with maybe_debug(debug):
         check_grad(kernel, ref, make_args(rng), outs, wrt, rng)
-        sp.sync()   # debug: no out-of-bounds report
-    finally:
-        if debug:
-            sp.init(backend=backend)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -10,7 +10,10 @@ import pytest
 
 import spvad as sp
 from spvad import runtime
+from spvad.ir.thread_count import ERROR_WORD
+from spvad.launch.device_task import task_on_device
 from tests.adcheck import assert_close, rand
+from tests.ir.test_thread_count import host_groups
 from tests.launch.test_array_bounds import iterated_np, steps, triangle
 
 N = 12
@@ -37,6 +40,18 @@ def window_count(b: sp.Array, total: sp.Array):
 @sp.kernel
 def unsigned_count(n: sp.Array, total: sp.Array):
     for i in range(n[0]):
+        sp.atomic_add(total[None], 1)
+
+
+@sp.kernel
+def every_third(b: sp.Array, total: sp.Array):
+    for i in range(b[0], b[1], 3):
+        sp.atomic_add(total[None], 1)
+
+
+@sp.kernel
+def every_third_down(b: sp.Array, total: sp.Array):
+    for i in range(b[1], b[0], -3):
         sp.atomic_add(total[None], 1)
 
 
@@ -127,7 +142,7 @@ def test_a_coarsened_task_runs_its_last_elements(rng):
         want = np.where(np.arange(N) < count, 2.0 * xv, -1.0)
         np.testing.assert_array_equal(y.to_numpy(), want.astype(np.float32))
     if sp.device_info()["backend"] == "vulkan":
-        assert next(iter(doubled._cache.values())).tasks[0].lowered.per_thread == 4
+        assert next(iter(doubled._cache.values()))[0].tasks[0].lowered.per_thread == 4
 
 
 @pytest.fixture
@@ -192,5 +207,32 @@ def test_the_counting_module_comes_back_from_the_disk_cache(rng, monkeypatch):
     monkeypatch.setattr(kernel_module, "compile_kernel", refuse)
     y.fill(0.0)
     doubled(n, x, y)
-    assert next(iter(doubled._cache.values())).tasks[0].thread_count is not None
+    assert next(iter(doubled._cache.values()))[0].tasks[0].thread_count is not None
     np.testing.assert_array_equal(y.to_numpy()[:6], np.append(2.0 * xv[:5], 0.0).astype(np.float32))
+
+
+STEPPED = [(every_third, 0, 2**31 - 1), (every_third, -2**31, 2**31 - 1), (every_third_down, -2**31, 2**31 - 1),
+           (every_third, 2**31 - 7, 2**31 - 1), (every_third_down, -2**31, 5)]
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("kernel,lo,hi", STEPPED, ids=[f"{k.name}-{lo}-{hi}" for k, lo, hi in STEPPED])
+def test_stepped_counts_near_2_31_on_the_host_and_the_counting_dispatch(kernel, lo, hi):
+    """range(0, 2**31 - 1, 3) has 715,827,883 threads: the counting dispatch alone runs on the device (not the
+    loop's) and writes the groups of that many; the host's evaluation (for a depth probe) gives the same."""
+    bound, total = sp.from_numpy(np.array([lo, hi], np.int32)), sp.ndarray(sp.i32, ())
+    want = len(range(lo, hi, 3)) if kernel is every_third else len(range(hi, lo, -3))
+    assert 0 < want <= 2**31 - 1
+    specs, arrays, scalars = kernel._bind((bound, total))
+    ct = kernel._compiled(specs).tasks[0]
+    count = task_on_device(runtime.get(), ct).count
+    shapes = [a.storage_shape for a in arrays]
+    count.launch(arrays, scalars, shapes)
+    sp.sync()                                 # no ThreadCountError
+    words = count.words.view(np.int32)
+    assert words[ERROR_WORD] == 0
+    assert list(words[:ERROR_WORD]) == host_groups(want, ct.lowered.local_size, ct.lowered.per_thread)
+    assert count.on_host(arrays, shapes, scalars) == want
+    if want < 64:                             # small enough to run: the loop itself
+        kernel(bound, total)
+        assert total[None] == want
