@@ -36,14 +36,17 @@ def pytest_configure(config):
 
 # Derivative kernels touch only what the primal touched: the derivative tables run once more with every access
 # bounds-checked on the device (debug=True), and any out-of-bounds report fails the test at its last sync.
+# (Not those that turn debug on themselves, with a fixture named here.)
 DEBUG_DIRS = ("autodiff", "fwdmode", "tape")
+DEBUG_FIXTURES = ("debug", "debug_on")
 
 
 def pytest_generate_tests(metafunc):
     """Tests marked `backends` run once per backend: the gradient tables hold on the oracle too."""
     if metafunc.definition.get_closest_marker("backends") and "backend" not in metafunc.fixturenames:
         metafunc.fixturenames.append("backend")
-        debug = os.path.basename(os.path.dirname(str(metafunc.definition.fspath))) in DEBUG_DIRS
+        debug = os.path.basename(os.path.dirname(str(metafunc.definition.fspath))) in DEBUG_DIRS and \
+            not set(DEBUG_FIXTURES) & set(metafunc.fixturenames)
         metafunc.parametrize("backend", ["vulkan", "interp"] + (["debug"] if debug else []))
 
 
@@ -71,19 +74,20 @@ def on_backend(request):
     ok = False
     try:
         yield
-        assert runtime.current() in (rt, None), f"the test replaced the {name} runtime by another"
-        if runtime.current() is rt:
-            rt.sync()
-            msgs = rt.device.validation_messages()
+        now = runtime.current()   # rt, or one the test made (sp.init(backend=..., debug=True)), or None
+        if now is not None:
+            assert now.backend == rt.backend, f"the test replaced the {name} runtime by a {now.backend} one"
+            now.sync()
+            msgs = now.device.validation_messages()
             assert not msgs, "Vulkan validation messages:\n" + "\n".join(msgs)
-            ok = True
+            ok = now is rt
     finally:
-        if runtime.current() is not default:
-            with runtime.LOCK:
+        with runtime.LOCK:
+            if runtime.current() is not default:
                 if ok:
                     _KEPT[name] = rt   # clean: the next test of this backend takes it
                 else:
-                    runtime.reset()    # a failed test's runtime goes
+                    runtime.reset()    # a failed test's runtime, or one it made, goes
                 runtime._current = default
 
 
