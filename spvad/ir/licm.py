@@ -41,7 +41,7 @@ def _hoist_in(block, guard_loads):
 
 def _hoist_from(loop, guard_loads):
     """The statements replacing `loop`: its invariants (with the loop's trip condition), then the loop."""
-    starts = _always_starts(loop)
+    starts = always_starts(loop)
     moved = _invariants(loop, starts, guard_loads)
     if not moved:
         return [loop]
@@ -60,7 +60,7 @@ def _hoist_from(loop, guard_loads):
     return [cond] + moved + [loop]
 
 
-def _always_starts(loop):
+def always_starts(loop):
     """Whether `loop` runs its first iteration whenever it is reached (a `while` does; a `for` with
     constant bounds that are not empty)."""
     if isinstance(loop, N.While):
