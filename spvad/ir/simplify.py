@@ -178,7 +178,7 @@ class _Rewriter:
                     memory[_element(new)] = new.value
             if new is not s:
                 self.replace(s, new)
-            if new.blocks():
+            if new.BLOCK_FIELDS:
                 written = _written_in(new) if memory else set()   # nothing known: nothing to forget
                 for b in new.blocks():   # a loop body also runs after its own later stores
                     inner = dict(memory)
@@ -273,8 +273,9 @@ def _dce_round(task):
     def sweep(block):
         out, removed = [], False
         for s in block.stmts:
-            for b in s.blocks():
-                removed |= sweep(b)
+            if s.BLOCK_FIELDS:
+                for b in s.blocks():
+                    removed |= sweep(b)
             if removable(s) and s not in live:
                 continue
             if isinstance(s, N.If) and not s.then_body.stmts and not s.else_body.stmts:

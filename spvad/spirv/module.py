@@ -31,15 +31,17 @@ def encode_operands(operands):
     """Ints become one word (negatives in two's complement), strings literal strings; lists are spliced."""
     words = []
     for op in operands:
-        if isinstance(op, str):
-            words += literal_string(op)
-        elif isinstance(op, (list, tuple)):
-            words += encode_operands(op)
-        else:
+        if type(op) is not int:   # (plain ints, ids and enum values, are most operands)
+            if isinstance(op, str):
+                words += literal_string(op)
+                continue
+            if isinstance(op, (list, tuple)):
+                words += encode_operands(op)
+                continue
             op = int(op)
-            if not -(1 << 31) <= op < (1 << 32):
-                raise ValueError(f"operand {op} does not fit in one 32-bit word")
-            words.append(op & 0xFFFFFFFF)
+        if not -(1 << 31) <= op < (1 << 32):
+            raise ValueError(f"operand {op} does not fit in one 32-bit word")
+        words.append(op & 0xFFFFFFFF)
     return words
 
 
