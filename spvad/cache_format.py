@@ -43,26 +43,40 @@ class BadData(Exception):
     """The data is not a well-formed graph of whitelisted objects."""
 
 
-_classes = None
+_classes = {}   # name -> whitelisted class or None, resolved when first named
+
+
+def whitelisted(name):
+    """The whitelisted class called `name` ("module.QualName"), or None. Resolved on first use, a name at a
+    time (a process loading one entry asks for a dozen): only our own modules are ever imported."""
+    cls = _classes.get(name, False)
+    if cls is False:
+        module, _, qualname = name.rpartition(".")
+        if name not in WHITELIST and module not in WHITELIST_MODULES:
+            return None   # (not remembered: a damaged file could name any number of them)
+        cls = _classes[name] = _resolve(name, module, qualname)
+    return cls
+
+
+def _resolve(name, module, qualname):
+    if name in WHITELIST:
+        try:
+            cls = getattr(importlib.import_module(module), qualname)
+        except (ImportError, AttributeError):   # renamed: kernels holding it are not cached (a test says so)
+            return None
+    else:   # a class defined in a WHITELIST_MODULES module, at its top level
+        cls = vars(importlib.import_module(module)).get(qualname)
+        if not (isinstance(cls, type) and cls.__module__ == module and cls.__qualname__ == qualname):
+            return None
+    return cls if _rebuildable(cls) else None
 
 
 def classes():
-    """name -> class of every whitelisted class (resolved once; only our own modules are imported)."""
-    global _classes
-    if _classes is None:
-        found = {}
-        for name in WHITELIST:
-            module, _, qualname = name.rpartition(".")
-            try:
-                found[name] = getattr(importlib.import_module(module), qualname)
-            except (ImportError, AttributeError):   # renamed: kernels holding it are not cached (a test says so)
-                pass
-        for module in WHITELIST_MODULES:
-            for obj in vars(importlib.import_module(module)).values():
-                if isinstance(obj, type) and obj.__module__ == module:
-                    found[f"{module}.{obj.__qualname__}"] = obj
-        _classes = {name: cls for name, cls in found.items() if _rebuildable(cls)}
-    return _classes
+    """name -> class of every whitelisted class."""
+    names = list(WHITELIST) + [f"{module}.{obj.__qualname__}" for module in WHITELIST_MODULES
+                               for obj in vars(importlib.import_module(module)).values()
+                               if isinstance(obj, type) and obj.__module__ == module]
+    return {name: cls for name in names for cls in [whitelisted(name)] if cls is not None}
 
 
 def _rebuildable(cls):
@@ -80,7 +94,6 @@ def _name(cls):
 # ---- writing ------------------------------------------------------------------------------------------------
 class _Writer:
     def __init__(self):
-        self.known = classes()
         self.index = {}      # id(obj) -> entry index
         self.objects = []    # entry index -> object (kept alive, so ids stay unique while writing)
         self.entries = []
@@ -90,7 +103,7 @@ class _Writer:
 
     def class_id(self, cls):
         name = _name(cls)
-        if self.known.get(name) is not cls:
+        if whitelisted(name) is not cls:
             raise NotStorable(name)
         k = self.class_ids.get(name)
         if k is None:
@@ -186,24 +199,29 @@ _PLAIN = {str, int, float, bool, type(None)}   # JSON scalars are values as they
 
 class _Reader:
     def __init__(self, doc):
-        known = classes()
         if not isinstance(doc, dict):
             raise BadData("not a JSON object")
-        try:
-            self.classes = [known[name] for name in doc["classes"]]
-        except (KeyError, TypeError):
-            raise BadData("names a class outside the whitelist") from None
+        self.classes = []
+        for name in doc["classes"]:
+            cls = whitelisted(name) if type(name) is str else None
+            if cls is None:
+                raise BadData("names a class outside the whitelist")
+            self.classes.append(cls)
+        # per class: what an object entry of it is made with (every whitelisted class but an enum takes
+        # object.__new__, see _rebuildable), None for an enum
+        makers = [None if isinstance(cls, enum.EnumMeta) else cls for cls in self.classes]
+        new, empty = object.__new__, _EMPTY
         self.entries = doc["objects"]
-        self.objects = []
+        self.objects = objects = []
         for e in self.entries:   # every entry exists (empty) before any is filled: references may point ahead
             if e[0] == "o":
-                cls = self.classes[e[1]]
-                if isinstance(cls, enum.EnumMeta):
+                cls = makers[e[1]]
+                if cls is None:
                     raise BadData("an enum is not an object entry")
-                self.objects.append(cls.__new__(cls))
+                objects.append(new(cls))
             else:
-                self.objects.append(_EMPTY[e[0]]())
-        self.filled = [False] * len(self.objects)
+                objects.append(empty[e[0]]())
+        self.filled = [False] * len(objects)
 
     def value(self, v):
         if type(v) in _PLAIN:
