@@ -13,7 +13,6 @@ import hashlib
 import marshal
 import os
 import stat
-import tempfile
 import time
 import types
 
@@ -276,7 +275,7 @@ def store(key, body):
     try:
         if os.path.lexists(path) and not _ours(os.lstat(path)):
             return   # another user's entry: left alone
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")   # mode 0600
+        fd, tmp = _new_file(d)
         with os.fdopen(fd, "wb") as f:
             f.write(_header(key, body) + body)
         os.replace(tmp, path)   # atomic: concurrent processes never see half a file
@@ -288,6 +287,19 @@ def store(key, body):
         _usage[d] = evict(d)
     else:
         _usage[d] += len(body)
+
+
+def _new_file(d):
+    """A new file in `d` (mode 0600, never through a link) and its path: tempfile.mkstemp's guarantees,
+    without importing tempfile (with shutil and random, ~5 ms of every `import spvad`)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        path = os.path.join(d, os.urandom(12).hex() + ".tmp")
+        try:
+            return os.open(path, flags, 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {d}")
 
 
 _usage = {}   # folder -> bytes of entries, as of this process's last scan plus its writes since
