@@ -92,22 +92,27 @@ def _name(cls):
 
 
 # ---- writing ------------------------------------------------------------------------------------------------
+_CONTAINERS = (list, dict, set)
+_PLAIN = {str, int, float, bool, type(None)}   # JSON scalars are values as they are
+
+
 class _Writer:
     def __init__(self):
         self.index = {}      # id(obj) -> entry index
         self.objects = []    # entry index -> object (kept alive, so ids stay unique while writing)
         self.entries = []
         self.children = []   # entry index -> indices of the entries it refers to
-        self.class_ids = {}
+        self.class_ids = {}  # class name -> its index in the file's table
+        self.of_class = {}   # class -> the same index, once checked
         self.refs = None     # the children of the entry being written
 
     def class_id(self, cls):
-        name = _name(cls)
-        if whitelisted(name) is not cls:
-            raise NotStorable(name)
-        k = self.class_ids.get(name)
+        k = self.of_class.get(cls)
         if k is None:
-            k = self.class_ids[name] = len(self.class_ids)
+            name = _name(cls)
+            if whitelisted(name) is not cls:
+                raise NotStorable(name)
+            k = self.of_class[cls] = self.class_ids[name] = len(self.class_ids)
         return k
 
     def ref(self, obj):
@@ -122,6 +127,9 @@ class _Writer:
         t = type(v)
         if v is None or t is bool or t is int or t is float or t is str:
             return v
+        # objects with identity, most of a graph (tuples, enums and numpy scalars have a __new__ of their own)
+        if t in _CONTAINERS or t.__new__ is object.__new__ and hasattr(v, "__dict__"):
+            return self.ref(v)
         if t is tuple:
             return ["t", *map(self.value, v)]
         if t is frozenset:
@@ -132,8 +140,6 @@ class _Writer:
             return ["e", self.class_id(t), v.name]
         if isinstance(v, np.generic) and v.dtype.kind in NUMPY_KINDS:
             return ["n", v.dtype.str, v.tobytes().hex()]
-        if t in (list, dict, set) or t.__new__ is object.__new__ and hasattr(v, "__dict__"):
-            return self.ref(v)
         raise NotStorable(_name(t))
 
     def entry(self, obj):
@@ -145,10 +151,12 @@ class _Writer:
         if t is set:
             return ["s", [self.value(x) for x in _in_stable_order(obj)]]
         cid = self.class_id(t)
-        state = vars(obj)
-        if not all(type(k) is str for k in state):
-            raise NotStorable(_name(t))
-        return ["o", cid, {k: self.value(x) for k, x in state.items()}]
+        attrs, value, plain = {}, self.value, _PLAIN
+        for k, x in vars(obj).items():
+            if type(k) is not str:
+                raise NotStorable(_name(t))
+            attrs[k] = x if type(x) in plain else value(x)
+        return ["o", cid, attrs]
 
     def fill_order(self):
         """Post-order over the references (iterative: IR chains are deeper than Python's recursion limit)."""
@@ -194,7 +202,6 @@ def dumps(root):
 
 # ---- reading ------------------------------------------------------------------------------------------------
 _EMPTY = {"l": list, "d": dict, "s": set}
-_PLAIN = {str, int, float, bool, type(None)}   # JSON scalars are values as they are
 
 
 class _Reader:
