@@ -19,7 +19,6 @@ from .launch import BoundReplay, Replay, launch
 from .launch.global_names import binds, captured_now, note_rebound
 from .ndarray import Ndarray
 from .pipeline import DUAL, PASSES, PRIMAL, REVERSE, Mode, Target, compile_kernel
-from .rhi.metal.translate import METAL_FEATURES, translate
 from .spirv import tools
 
 
@@ -440,6 +439,7 @@ class Kernel:
     def msl(self, *args, grad=False, **kwargs):
         """Metal Shading Language for these argument types (SPIR-V compiled for Metal's features, translated
         by SPIRV-Cross); one string per task, joined."""
+        from .rhi.metal.translate import METAL_FEATURES, translate   # (not imported on other platforms)
         args = self._positional(args, kwargs) if kwargs else args
         with runtime.LOCK:
             specs, _, _ = self._bind(args)

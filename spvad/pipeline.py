@@ -29,7 +29,6 @@ from .ir.thread_count import build_count_kernel, counts_on_device, header_loads
 from .ir.licm import hoist_loop_invariants
 from .ir.locals import forward_locals
 from .ir.slot_arrays import expand_slot_arrays, expand_small_slot_arrays
-from .rhi.interp.program import lower_for_interp
 from .spirv import tools
 from .spirv.lower import lower_task
 from .spirv.lower_adstack import FUNCTION, stack_shapes
@@ -268,7 +267,8 @@ class Lowering:
     def __call__(self, homes=None, addressed=frozenset()):
         t = self.target
         local = 1 if self.task.kind == "serial" else t.local_size
-        if t.code == "ir":
+        if t.code == "ir":   # (the interpreter backend's lowering: imported when it is used)
+            from .rhi.interp.program import lower_for_interp
             return lower_for_interp(self.kernel, self.task, local_size=local, homes=homes)
         low = lower_task(self.kernel, self.task, local_size=local, features=dict(t.features), homes=homes,
                          bounds_check=t.bounds_check, coarsen="coarsen" not in t.skip, fast_math=t.fast_math,

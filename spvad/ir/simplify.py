@@ -178,7 +178,7 @@ class _Rewriter:
                     memory[_element(new)] = new.value
             if new is not s:
                 self.replace(s, new)
-            if new.blocks():
+            if new.BLOCK_FIELDS:
                 written = _written_in(new) if memory else set()   # nothing known: nothing to forget
                 for b in new.blocks():   # a loop body also runs after its own later stores
                     inner = dict(memory)
@@ -231,9 +231,11 @@ def eliminate_dead_code(task):
     """Remove unused pure statements, Allocas never loaded (with their stores), and If/RangeFor with empty
     blocks, until nothing changes. Returns whether anything was removed."""
     changed = False
-    while _dce_round(task):
-        changed = True
-    return changed
+    while True:
+        removed, emptied = _dce_round(task)
+        changed |= removed
+        if not emptied:   # what stays live stays so, unless a dropped If or loop left its operands unused
+            return changed
 
 
 def removable(s):
@@ -268,22 +270,25 @@ def live_statements(task, is_removable=removable):
 
 
 def _dce_round(task):
+    """One sweep: (whether anything was removed, whether an emptied If or RangeFor was)."""
     live = live_statements(task)
+    emptied = []
 
     def sweep(block):
         out, removed = [], False
         for s in block.stmts:
-            for b in s.blocks():
-                removed |= sweep(b)
+            if s.BLOCK_FIELDS:
+                for b in s.blocks():
+                    removed |= sweep(b)
             if removable(s) and s not in live:
                 continue
-            if isinstance(s, N.If) and not s.then_body.stmts and not s.else_body.stmts:
-                continue
-            if isinstance(s, N.RangeFor) and not s.body.stmts:
+            if (isinstance(s, N.If) and not s.then_body.stmts and not s.else_body.stmts) or (
+                    isinstance(s, N.RangeFor) and not s.body.stmts):
+                emptied.append(s)
                 continue
             out.append(s)
         removed |= len(out) != len(block.stmts)
         block.stmts[:] = out
         return removed
 
-    return sweep(task.header) | sweep(task.body)
+    return sweep(task.header) | sweep(task.body), bool(emptied)
