@@ -15,7 +15,7 @@ from .autodiff.array_states import PRE
 from .checkpoints import Checkpoints, StateView
 from .ir import rows
 from .errors import ArgumentError, AutodiffRuleError
-from .ndarray import Ndarray, live_with_grad, next_serial
+from .ndarray import Ndarray, live_with_grad, next_serial, set_on_device
 
 HOST_CALLS = {"fill": "{}.fill(...)", "from_numpy": "{}.from_numpy(...)", "setitem": "{}[...] = value"}
 
@@ -184,17 +184,20 @@ class Tape:
     def backward(self):
         with runtime.LOCK:   # launches, fills and copies of one thread's backward pass stay together
             try:
-                if self.clear_gradients:
-                    for a in self.arrays.values():
-                        if a.grad is not None:
-                            a.grad.zero_on_device()
-                if self.loss is not None:
-                    self.loss.grad.fill(1)
+                self._start_gradients()
                 for entry in reversed(self.entries):
                     entry.backward(self)
-                runtime.sync()
+                runtime.sync()   # the only wait: the forward and the backward run as queued
             finally:
                 self._release()
+
+    def _start_gradients(self):
+        """Zero the .grad of every array the launches touched (unless clear_gradients=False) and set
+        loss.grad to 1, queued on the device as one transfer: nothing waits for the forward to finish."""
+        seed = self.loss.grad if self.loss is not None else None
+        values = [(a.grad, 0) for a in self.arrays.values()
+                  if a.grad is not None and a.grad is not seed] if self.clear_gradients else []
+        set_on_device(values + ([(seed, 1)] if seed is not None else []))
 
     def _release(self):
         self.checkpoints.release(runtime.get().spare_buffers)
@@ -207,9 +210,7 @@ def clear_all_gradients():
     """Zero the .grad of every live ndarray created with needs_grad (Taichi's ti.ad.clear_all_gradients), on
     the device in launch order."""
     with runtime.LOCK:
-        for a in live_with_grad():
-            if a.grad is not None:
-                a.grad.zero_on_device()
+        set_on_device([(a.grad, 0) for a in live_with_grad() if a.grad is not None])
 
 
 def _rows(table, ai, field, array, scalars):

@@ -430,10 +430,17 @@ class ProgramMixin:
 
     def fill_buffer(self, buf, offset, nbytes, word):
         """See base.Device.fill_buffer (vkCmdFillBuffer)."""
-        check_transfer(nbytes, offset, buf)
-        if nbytes:
-            parts = buf.segments(offset, nbytes)   # one per memory block of an addressed buffer
-            self._transfer(lambda cmd: [lib.vkCmdFillBuffer(cmd, h, at, n, word & 0xFFFFFFFF) for h, at, n in parts])
+        self.fill_buffers(((buf, offset, nbytes, word),))
+
+    def fill_buffers(self, fills):
+        """See base.Device.fill_buffers: every vkCmdFillBuffer between one pair of barriers."""
+        parts = []
+        for buf, offset, nbytes, word in fills:
+            check_transfer(nbytes, offset, buf)
+            if nbytes:   # one part per memory block of an addressed buffer
+                parts += [(h, at, n, word & 0xFFFFFFFF) for h, at, n in buf.segments(offset, nbytes)]
+        if parts:
+            self._transfer(lambda cmd: [lib.vkCmdFillBuffer(cmd, *part) for part in parts])
 
 
 def _copy_segments(cmd, region, src, dst, nbytes):
