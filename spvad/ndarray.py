@@ -182,11 +182,11 @@ class Ndarray:
         a single scalar (f64 1.0, a loss's seed)."""
         item, width = self._np_dtype.itemsize, max(self.width, 1)
         first, count = (0, self.size) if element is None else (element * width, width)
-        words = np.asarray(value, self._np_dtype).reshape(1).view(np.uint32)
-        if (words == words[0]).all():
-            return [(self.buffer, first * item, count * item, int(words[0]))]
+        words = [0] if value == 0 else np.asarray(value, self._np_dtype).reshape(1).view(np.uint32).tolist()
+        if len(set(words)) == 1:
+            return [(self.buffer, first * item, count * item, words[0])]
         assert count == 1, "a value of distinct 32-bit words fills a single scalar"
-        return [(self.buffer, first * item + 4 * k, 4, int(w)) for k, w in enumerate(words)]
+        return [(self.buffer, first * item + 4 * k, 4, w) for k, w in enumerate(words)]
 
     def from_numpy(self, arr):
         arr = np.asarray(arr)

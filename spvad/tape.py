@@ -8,6 +8,7 @@ the device (`checkpoints.py`); the gradient then binds the copy. So double buffe
 reused scratch arrays and host writes inside a Tape give the gradients of the program as written.
 """
 import functools
+import weakref
 
 from . import recording, runtime
 from . import types as T
@@ -17,6 +18,9 @@ from .ir import rows
 from .errors import ArgumentError, AutodiffRuleError
 from .ndarray import Ndarray, live_with_grad, next_serial, set_on_device
 
+# kernel -> {(compiled kernel, .grad present per array, distinct arrays) -> (specs, compiled gradient, indices
+# of the arguments given a temporary .grad)}: what before_launch works out once, for every Tape after
+PLANS = weakref.WeakKeyDictionary()
 HOST_CALLS = {"fill": "{}.fill(...)", "from_numpy": "{}.from_numpy(...)", "setitem": "{}[...] = value"}
 
 
@@ -58,8 +62,6 @@ class Tape:
         self.names = {}           # id -> how messages name an ndarray ("'x' (kernel step)")
         self.markers = {}         # id -> (ndarray, its read marker) for the access checker (validation)
         self.temporary = []       # arrays given a gradient companion for this Tape only
-        self.plans = {}           # (kernel, compiled kernel, .grad present per array, distinct arrays) ->
-                                  # (specs, compiled gradient): what before_launch works out once
         self.checkpoints = Checkpoints(checkpoint_budget)
 
     @property
@@ -91,10 +93,13 @@ class Tape:
                 self.names.setdefault(id(everything[k]), f"'{names[k]}' (kernel {kernel.name})")
         entry = None
         if not self.inside_custom:   # a replaced function's launches only count for zeroing and writes
-            key = (kernel, ck, tuple(a.grad is not None for a in arrays), len({id(a) for a in everything}))
-            plan = self.plans.get(key)
+            plans = PLANS.get(kernel)
+            if plans is None:
+                plans = PLANS[kernel] = {}
+            key = (ck, tuple(a.grad is not None for a in arrays), len({id(a) for a in everything}))
+            plan = plans.get(key)
             if plan is None:
-                plan = self.plans[key] = self._gradient_of(kernel, specs, arrays, everything)
+                plan = plans[key] = self._gradient_of(kernel, specs, arrays, everything)
             specs, grad_ck, given = plan
             for k in given:   # the plan's temporary .grad companions, for this launch's arrays
                 if arrays[k].grad is None:
@@ -231,6 +236,8 @@ class LaunchEntry:
         buffers = {}
         for (ai, field), version in self.needs.items():
             a = self.everything[ai]
+            if a.version == version:   # unchanged since: the array's own buffer
+                continue
             buffers.setdefault(ai, {})[field] = tape.checkpoints.buffer_of(a, version, tape.name_of(a),
                                                                            self.kernel.name)
         views = {}
