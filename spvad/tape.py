@@ -190,6 +190,7 @@ class Tape:
         with runtime.LOCK:   # launches, fills and copies of one thread's backward pass stay together
             try:
                 self._start_gradients()
+                runtime.get().device.submit()   # the forward runs while the backward is recorded
                 for entry in reversed(self.entries):
                     entry.backward(self)
                 runtime.sync()   # the only wait: the forward and the backward run as queued

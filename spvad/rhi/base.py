@@ -142,6 +142,10 @@ class Device(ABC):
         for buf, offset, nbytes, word in fills:
             self.fill_buffer(buf, offset, nbytes, word)
 
+    def submit(self):
+        """Start running what is recorded, without waiting (a hint: a Tape's forward runs while its backward
+        is recorded). Backends that record batches override it."""
+
     @abstractmethod
     def sync(self):
         """Run everything recorded and wait for it; afterwards host reads see device writes."""

@@ -344,6 +344,11 @@ class VulkanDevice(BufferMixin, ProgramMixin, Device):
             self._wait(list(self._inflight))   # all signalled: returns at once
         return True
 
+    def submit(self):
+        """See base.Device.submit."""
+        if self._cmd is not None:
+            self._flush()
+
     def sync(self):
         self._check_open()
         if self._cmd is not None:
