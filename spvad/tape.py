@@ -8,6 +8,7 @@ the device (`checkpoints.py`); the gradient then binds the copy. So double buffe
 reused scratch arrays and host writes inside a Tape give the gradients of the program as written.
 """
 import functools
+import weakref
 
 from . import recording, runtime
 from . import types as T
@@ -15,8 +16,11 @@ from .autodiff.array_states import PRE
 from .checkpoints import Checkpoints, StateView
 from .ir import rows
 from .errors import ArgumentError, AutodiffRuleError
-from .ndarray import Ndarray, live_with_grad, next_serial
+from .ndarray import Ndarray, live_with_grad, next_serial, set_on_device
 
+# kernel -> {(compiled kernel, .grad present per array, distinct arrays) -> (specs, compiled gradient, indices
+# of the arguments given a temporary .grad)}: what before_launch works out once, for every Tape after
+PLANS = weakref.WeakKeyDictionary()
 HOST_CALLS = {"fill": "{}.fill(...)", "from_numpy": "{}.from_numpy(...)", "setitem": "{}[...] = value"}
 
 
@@ -58,8 +62,6 @@ class Tape:
         self.names = {}           # id -> how messages name an ndarray ("'x' (kernel step)")
         self.markers = {}         # id -> (ndarray, its read marker) for the access checker (validation)
         self.temporary = []       # arrays given a gradient companion for this Tape only
-        self.plans = {}           # (kernel, compiled kernel, .grad present per array, distinct arrays) ->
-                                  # (specs, compiled gradient): what before_launch works out once
         self.checkpoints = Checkpoints(checkpoint_budget)
 
     @property
@@ -91,10 +93,13 @@ class Tape:
                 self.names.setdefault(id(everything[k]), f"'{names[k]}' (kernel {kernel.name})")
         entry = None
         if not self.inside_custom:   # a replaced function's launches only count for zeroing and writes
-            key = (kernel, ck, tuple(a.grad is not None for a in arrays), len({id(a) for a in everything}))
-            plan = self.plans.get(key)
+            plans = PLANS.get(kernel)
+            if plans is None:
+                plans = PLANS[kernel] = {}
+            key = (ck, tuple(a.grad is not None for a in arrays), len({id(a) for a in everything}))
+            plan = plans.get(key)
             if plan is None:
-                plan = self.plans[key] = self._gradient_of(kernel, specs, arrays, everything)
+                plan = plans[key] = self._gradient_of(kernel, specs, arrays, everything)
             specs, grad_ck, given = plan
             for k in given:   # the plan's temporary .grad companions, for this launch's arrays
                 if arrays[k].grad is None:
@@ -184,17 +189,21 @@ class Tape:
     def backward(self):
         with runtime.LOCK:   # launches, fills and copies of one thread's backward pass stay together
             try:
-                if self.clear_gradients:
-                    for a in self.arrays.values():
-                        if a.grad is not None:
-                            a.grad.zero_on_device()
-                if self.loss is not None:
-                    self.loss.grad.fill(1)
+                self._start_gradients()
+                runtime.get().device.submit()   # the forward runs while the backward is recorded
                 for entry in reversed(self.entries):
                     entry.backward(self)
-                runtime.sync()
+                runtime.sync()   # the only wait: the forward and the backward run as queued
             finally:
                 self._release()
+
+    def _start_gradients(self):
+        """Zero the .grad of every array the launches touched (unless clear_gradients=False) and set
+        loss.grad to 1, queued on the device as one transfer: nothing waits for the forward to finish."""
+        seed = self.loss.grad if self.loss is not None else None
+        values = [(a.grad, 0) for a in self.arrays.values()
+                  if a.grad is not None and a.grad is not seed] if self.clear_gradients else []
+        set_on_device(values + ([(seed, 1)] if seed is not None else []))
 
     def _release(self):
         self.checkpoints.release(runtime.get().spare_buffers)
@@ -207,9 +216,7 @@ def clear_all_gradients():
     """Zero the .grad of every live ndarray created with needs_grad (Taichi's ti.ad.clear_all_gradients), on
     the device in launch order."""
     with runtime.LOCK:
-        for a in live_with_grad():
-            if a.grad is not None:
-                a.grad.zero_on_device()
+        set_on_device([(a.grad, 0) for a in live_with_grad() if a.grad is not None])
 
 
 def _rows(table, ai, field, array, scalars):
@@ -230,6 +237,8 @@ class LaunchEntry:
         buffers = {}
         for (ai, field), version in self.needs.items():
             a = self.everything[ai]
+            if a.version == version:   # unchanged since: the array's own buffer
+                continue
             buffers.setdefault(ai, {})[field] = tape.checkpoints.buffer_of(a, version, tape.name_of(a),
                                                                            self.kernel.name)
         views = {}

@@ -123,6 +123,14 @@ def _statements_of(blocks):
         yield from b.stmts
 
 
+def may_write(array, field, distinct):
+    """What a write to `field` of `array` may change, as the optimiser's load forwarding and hoisting see it:
+    with `distinct` (the launch binds its own buffer to every array and companion: pipeline.Mode) only that
+    array's field; else every array of its dtype (one ndarray may be bound to two parameters, or one's .grad
+    passed as another)."""
+    return (array, field) if distinct else array.dtype
+
+
 def clone_stmt(s, mapping):
     """A copy of `s` with a fresh id whose operands (and a LoopIndex's loop) found in `mapping` (old -> new)
     are swapped; records `mapping[s] = copy`. Blocks are shared: a construct's caller gives the copy its own."""

@@ -136,6 +136,16 @@ class Device(ABC):
         """Record writing the 32-bit ``word`` over ``nbytes`` bytes of ``buf`` from ``offset`` (both
         multiples of 4), ordered like a launch. Asynchronous: runs at the next ``sync``."""
 
+    def fill_buffers(self, fills):
+        """``fill_buffer`` for each (buf, offset, nbytes, word) of ``fills``, ordered together like one launch
+        (the fills must not overlap): a Tape's gradient clears and seed. Backends may record them at once."""
+        for buf, offset, nbytes, word in fills:
+            self.fill_buffer(buf, offset, nbytes, word)
+
+    def submit(self):
+        """Start running what is recorded, without waiting (a hint: a Tape's forward runs while its backward
+        is recorded). Backends that record batches override it."""
+
     @abstractmethod
     def sync(self):
         """Run everything recorded and wait for it; afterwards host reads see device writes."""

@@ -235,6 +235,28 @@ def test_many_launches_then_one_sync(dev):
     np.testing.assert_array_equal(Y.view(np.float32), np.full(n, 11.0, np.float32))
 
 
+def test_launches_reach_an_idle_device_without_a_sync(dev):
+    """An idle device gets the launches recorded so far every 16 launches (it works while Python records the
+    next ones); a busy one gets them later in one batch. Values as with one sync at the end, transfers between."""
+    n = 256
+    X, Y = upload(dev, np.zeros(n, np.float32)), dev.create_buffer(4 * n)
+    one = upload(dev, np.ones(n, np.float32))
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    pc = struct.pack("<I", n)
+    dev.sync()
+    for i in range(16):
+        src, dst = (X, Y) if i % 2 == 0 else (Y, X)
+        dev.launch(pipe, [src, one, dst], pc, groups_for(n))
+    assert dev._cmd is None and dev._inflight, "16 launches for an idle device stayed unsubmitted"
+    for i in range(16, 100):
+        src, dst = (X, Y) if i % 2 == 0 else (Y, X)
+        if i == 50:
+            dev.fill_buffer(src, 0, 4 * n, np.float32(i).view(np.uint32))   # a transfer among them
+        dev.launch(pipe, [src, one, dst], pc, groups_for(n))
+    dev.sync()
+    np.testing.assert_array_equal(X.view(np.float32), np.full(n, 100, np.float32))
+
+
 def test_spec_constants_change_behaviour(dev):
     n = 300
     a, b = np.linspace(-1, 1, n, dtype=np.float32), np.linspace(2, 3, n, dtype=np.float32)

@@ -205,6 +205,12 @@ class MetalDevice(ProgramMixin, Device):
             staging._mtl, 0, buf._mtl, offset, nbytes))
         staging.release()   # the command buffer retains the MTLBuffer
 
+    def submit(self):
+        """See base.Device.submit: commit the open command buffer."""
+        with self._pool():
+            if self._enc is not None:
+                self._flush()
+
     def sync(self):
         self._check_open()
         with self._pool():
