@@ -13,7 +13,6 @@ from . import recording, runtime
 from . import types as T
 from .autodiff.array_states import PRE
 from .checkpoints import Checkpoints, StateView
-from .ir import rows
 from .errors import ArgumentError, AutodiffRuleError
 from .ndarray import Ndarray, live_with_grad, next_serial
 
@@ -100,11 +99,12 @@ class Tape:
                 if arrays[k].grad is None:
                     self._give_temporary_grad(arrays[k])
             entry = LaunchEntry(kernel, specs, arrays, scalars, everything)
+            read_rows = grad_ck.facts.read_rows
             for (ai, field), state in grad_ck.facts.grad_reads.items():
                 if state == PRE:
                     a = everything[ai]
                     entry.needs[(ai, field)] = a.version
-                    self.checkpoints.need(a, a.version, _rows(grad_ck.facts.read_rows, ai, field, a, scalars))
+                    self.checkpoints.need(a, a.version, read_rows.get((ai, field)), scalars)
                 else:
                     entry.post.append((ai, field, grad_ck))
             self.entries.append(entry)
@@ -112,11 +112,12 @@ class Tape:
         for ai, field in ck.facts.writes:
             a = everything[ai]
             if field == "primal" and self.checkpoints.watches(a):
-                rows = _rows(ck.facts.write_rows, ai, field, a, scalars)
-                _, before, bumps = written.get(id(a), (a, frozenset(), 0))
-                written[id(a)] = (a, None if rows is None or before is None else before | rows, bumps + 1)
-        for a, rows, bumps in written.values():
-            self.checkpoints.protect(a, self.names[id(a)], f"the launch of kernel {kernel.name}", rows, bumps)
+                slices = ck.facts.write_rows.get((ai, field))
+                _, before, bumps = written.get(id(a), (a, slices, 0))
+                written[id(a)] = (a, slices if before is slices else _merged(before, slices), bumps + 1)
+        for a, slices, bumps in written.values():
+            self.checkpoints.protect(a, self.names[id(a)], f"the launch of kernel {kernel.name}", slices, scalars,
+                                     bumps)
         return entry
 
     def after_launch(self, entry):
@@ -124,7 +125,7 @@ class Tape:
         for ai, field, grad_ck in entry.post:
             a = entry.everything[ai]
             entry.needs[(ai, field)] = a.version
-            self.checkpoints.need(a, a.version, _rows(grad_ck.facts.read_rows, ai, field, a, entry.scalars))
+            self.checkpoints.need(a, a.version, grad_ck.facts.read_rows.get((ai, field)), entry.scalars)
 
     def _gradient_of(self, kernel, specs, arrays, everything):
         """(specs, compiled gradient, indices of the arguments given a temporary .grad) for a launch: every
@@ -160,7 +161,7 @@ class Tape:
                     f"{call} overwrites elements of {self.name_of(array)} that a recorded launch read before "
                     "under this Tape (global data access rule): the Tape keeps a copy so the gradient stays "
                     "right, at the cost of memory; write the new values into another array to avoid it")
-        self.checkpoints.protect(array, self.name_of(array), f"the host write {call}")
+        self.checkpoints.protect(array, self.name_of(array), f"the host write {call}", element=index)
         if array.grad is not None:
             self.entries.append(HostWriteEntry(array, index))
 
@@ -212,11 +213,11 @@ def clear_all_gradients():
                 a.grad.zero_on_device()
 
 
-def _rows(table, ai, field, array, scalars):
-    """The first-axis rows of `array` that an access table of ArrayFacts names for this launch (None: all)."""
-    exprs = table.get((ai, field))
-    return None if exprs is None or not array.storage_shape else rows.evaluate(exprs, scalars,
-                                                                               array.storage_shape[0])
+def _merged(a, b):
+    """The slices (ir/rows.py) two writes of one launch to one array touch together: along the axes both name."""
+    if a is None or b is None:
+        return None
+    return {axis: tuple(sorted(set(a[axis]) | set(b[axis]))) for axis in a if axis in b} or None
 
 
 class LaunchEntry:
@@ -231,7 +232,7 @@ class LaunchEntry:
         for (ai, field), version in self.needs.items():
             a = self.everything[ai]
             buffers.setdefault(ai, {})[field] = tape.checkpoints.buffer_of(a, version, tape.name_of(a),
-                                                                           self.kernel.name)
+                                                                           self.kernel.name, field)
         views = {}
         for ai, fields in buffers.items():
             a = self.everything[ai]

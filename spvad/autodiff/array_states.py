@@ -23,8 +23,8 @@ class ArrayFacts:
     grad_middle: tuple = ()            # gradient kernels: arrays needed as they were mid-launch
     varied_outputs: tuple = ()         # derivative kernels: float arrays without .grad (.dual) fed by inputs
                                        # that have one: the derivative chain would stop there
-    write_rows: dict = field(default_factory=dict)   # (index, field) -> rows a launch writes (ir/rows.py)
-    read_rows: dict = field(default_factory=dict)    # gradient kernels: (index, field) -> rows they read
+    write_rows: dict = field(default_factory=dict)   # (index, field) -> {axis: rows} a launch writes (ir/rows.py)
+    read_rows: dict = field(default_factory=dict)    # gradient kernels: (index, field) -> {axis: rows} they read
 
 
 def array_facts(primal, compiled, mode, probes=()):
@@ -41,7 +41,8 @@ def array_facts(primal, compiled, mode, probes=()):
     if mode == "dual":
         return ArrayFacts(writes, varied_outputs=varied, write_rows=write_rows)
     reads, middle = gradient_reads(primal, compiled, probes)
-    return ArrayFacts(writes, reads, tuple(middle), varied, write_rows, accessed_rows(compiled, writes=False))
+    read_rows = accessed_rows(compiled, writes=False, also=[k for _, k in probes])   # probes bind the same views
+    return ArrayFacts(writes, reads, tuple(middle), varied, write_rows, read_rows)
 
 
 def task_writes(kernel):
