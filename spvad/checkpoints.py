@@ -49,27 +49,41 @@ class _Watch:
                 self.by_row.setdefault(r, set()).add(version)
 
     def pop(self, version):
-        """Forget the need of `version`; returns its rows (None: all) or () when there was none."""
+        """Forget the need of `version` (all its rows)."""
         rows = self.needs.pop(version, ())
         if rows is None:
             self.whole.discard(version)
         else:
-            for r in rows:
-                versions = self.by_row[r]
-                versions.discard(version)
-                if not versions:
-                    del self.by_row[r]
-        return rows
+            self._unindex(version, rows)
+
+    def _unindex(self, version, rows):
+        for r in rows:
+            versions = self.by_row[r]
+            versions.discard(version)
+            if not versions:
+                del self.by_row[r]
 
     def take_meeting(self, rows):
-        """{version: rows} of the needs whose rows meet `rows` (None: all), removed from the watch."""
+        """{version: rows met (None: all)} of the needs that read some of `rows` (None: all rows): what a write
+        of those rows destroys. The rows met leave the watch; a need's other rows stay in the array's buffer."""
         if rows is None:
-            versions = list(self.needs)
-        else:
-            versions = set(self.whole)
-            for r in rows:
-                versions.update(self.by_row.get(r, ()))
-        return {v: self.pop(v) for v in versions}
+            met = dict(self.needs)
+            self.needs, self.by_row, self.whole = {}, {}, set()
+            return met
+        met = {v: None for v in self.whole}
+        for v in self.whole:
+            del self.needs[v]
+        self.whole = set()
+        for r in rows:
+            for v in self.by_row.pop(r, ()):
+                met.setdefault(v, set()).add(r)
+        for v, gone in met.items():
+            left = self.needs.get(v)
+            if left:
+                left -= gone
+                if not left:
+                    del self.needs[v]
+        return met
 
 
 class _Kept:
@@ -84,17 +98,28 @@ class _Kept:
 class Checkpoints:
     def __init__(self, budget=None):
         self.budget = budget
-        self.pending = {}   # id(array) -> _Watch: needs the array's own buffer still holds
-        self.kept = {}      # (id(array), version) -> _Kept holding the rows its gradients read
+        self.pending = {}   # id(array) -> _Watch: needs (or rows of them) the array's own buffer still holds
+        self.kept = {}      # (id(array), version) -> [_Kept]: copies of the rows of that need writes destroyed
+        self.broken = set()   # (id(array), version) of needs a write the Tape did not see destroyed
         self.nbytes = 0     # bytes kept so far (what `Tape.checkpoint_bytes` reports)
         self.arena = Arena()
-        self.scratch = {}   # (id(array), field) -> [full-size buffer gradients bind, the _Kept it holds]
+        self.scratch = {}   # (id(array), field) -> [full-size buffer gradients bind, the version it holds]
+
+    def _watch(self, array):
+        """The array's watch while its needs hold; a write the Tape did not see (another thread, a direct
+        buffer write) breaks them all: buffer_of refuses them."""
+        watch = self.pending.get(id(array))
+        if watch is not None and watch.expected != array.version:
+            self.broken.update((id(array), v) for v in watch.needs)
+            del self.pending[id(array)]
+            return None
+        return watch
 
     def need(self, array, version, slices=None, scalars=()):
         """A recorded gradient reads `array` as it is now, at `version`: the rows `slices` names for the
         launch's `scalars` ({axis: row expressions} of ir/rows.py; None: all)."""
-        watch = self.pending.get(id(array))
-        if watch is None or watch.expected != array.version:   # (a write the Tape did not see broke the others)
+        watch = self._watch(array)
+        if watch is None:
             watch = self.pending[id(array)] = _Watch(_best_axis(array, slices, scalars), array.version)
         elif watch.axis is None and not watch.needs:
             watch.axis = _best_axis(array, slices, scalars)
@@ -109,11 +134,8 @@ class Checkpoints:
         launch of kernel step") is about to change: the rows `slices` names for `scalars` (as in `need`), or
         the row of `element` (a flat element index: a host write `a[i] = v`), after which the array's version
         has grown by `bumps`. Call before the write."""
-        watch = self.pending.get(id(array))
+        watch = self._watch(array)
         if watch is None:
-            return
-        if watch.expected != array.version:   # changed by a write the Tape did not see: buffer_of says so
-            del self.pending[id(array)]
             return
         rows = _rows_along(watch.axis, array, slices, scalars) if element is None else \
             _row_of_element(watch.axis, array, element)
@@ -125,10 +147,10 @@ class Checkpoints:
             rows = None if any(r is None for r in met.values()) else set().union(*met.values())
             kept = self._copy(array, name, writer, watch.axis, rows)
             for version in met:
-                self.kept[(id(array), version)] = kept
+                self.kept.setdefault((id(array), version), []).append(kept)
 
     def _copy(self, array, name, writer, axis, rows):
-        shape, item = array.storage_shape, array.buffer.nbytes // max(array.size, 1)
+        shape, item = array.storage_shape, _itemsize(array)
         whole = rows is None or len(rows) == shape[axis]
         size = array.buffer.nbytes if whole else rows_nbytes(shape, item, axis, len(rows))
         if self.budget is not None and self.nbytes + size > self.budget:
@@ -150,34 +172,44 @@ class Checkpoints:
     def buffer_of(self, array, version, name, kernel_name, field="primal"):
         """The buffer holding the rows of `array` at `version` that its gradients read: the array's own while
         no write changed them, else a kept copy, or a scratch buffer of the array's size (for `field`'s
-        binding) filled at the kept rows."""
+        binding) filled at those rows from the copies and from the array (the rows no write met)."""
         if array.version == version:
             return array.buffer
-        kept = self.kept.get((id(array), version))
-        if kept is not None:
-            if kept.regions is None:
-                return kept.buffer
-            rt, key = array._runtime, (id(array), field)
-            scratch = self.scratch.get(key)
-            if scratch is None:
-                scratch = self.scratch[key] = [rt.spare_buffers.take(array.buffer.nbytes), None]
-            if scratch[1] is not kept:   # (the gradient launched last may have read the same copy)
-                rt.device.copy_regions(kept.buffer, scratch[0], kept.regions)
-                scratch[1] = kept
-            return scratch[0]
-        watch = self.pending.get(id(array))
-        if watch is not None and watch.expected == array.version and version in watch.needs:
+        key = (id(array), version)
+        watch = self._watch(array)
+        left = watch is not None and version in watch.needs   # rows no write met
+        parts = self.kept.get(key)
+        if key in self.broken or (parts is None and not left):
+            raise AutodiffRuleError(
+                f"sp.Tape: the gradient of kernel {kernel_name} needs {name} as it was at its launch, but it "
+                "was changed since by a write the Tape did not record; keep such writes inside the Tape "
+                "(on the recording thread)")
+        if parts is None:
             return array.buffer
-        # a write the Tape did not see (another thread, a direct buffer write)
-        raise AutodiffRuleError(
-            f"sp.Tape: the gradient of kernel {kernel_name} needs {name} as it was at its launch, but it "
-            "was changed since by a write the Tape did not record; keep such writes inside the Tape "
-            "(on the recording thread)")
+        if len(parts) == 1 and parts[0].regions is None:
+            return parts[0].buffer
+        rt = array._runtime
+        scratch = self.scratch.get((id(array), field))
+        if scratch is None:
+            scratch = self.scratch[(id(array), field)] = [rt.spare_buffers.take(array.buffer.nbytes), None]
+        if scratch[1] != version:   # (the gradient launched last may have read the same version)
+            for part in parts:
+                rt.device.copy_regions(part.buffer, scratch[0], part.regions)
+            if left:
+                regions = row_regions(array.storage_shape, _itemsize(array), watch.axis, watch.needs[version], 0)
+                regions[:, 1] = regions[:, 0]
+                rt.device.copy_regions(array.buffer, scratch[0], regions)
+            scratch[1] = version
+        return scratch[0]
 
     def release(self, spare):
         """Hand the copies and scratch buffers to `spare` (a runtime's SparePool), for the next Tape."""
         spare.give(self.arena.release() + [buffer for buffer, _ in self.scratch.values()])
-        self.kept, self.pending, self.scratch = {}, {}, {}
+        self.kept, self.pending, self.scratch, self.broken = {}, {}, {}, set()
+
+
+def _itemsize(array):
+    return array.buffer.nbytes // max(array.size, 1)
 
 
 def _rows_along(axis, array, slices, scalars):
