@@ -11,7 +11,6 @@ import functools
 
 from . import recording, runtime
 from . import types as T
-from .autodiff.array_states import PRE
 from .checkpoints import Checkpoints, StateView
 from .errors import ArgumentError, AutodiffRuleError
 from .ndarray import Ndarray, live_with_grad, next_serial
@@ -98,21 +97,16 @@ class Tape:
             for k in given:   # the plan's temporary .grad companions, for this launch's arrays
                 if arrays[k].grad is None:
                     self._give_temporary_grad(arrays[k])
-            entry = LaunchEntry(kernel, specs, arrays, scalars, everything)
-            read_rows = grad_ck.facts.read_rows
-            for (ai, field), state in grad_ck.facts.grad_reads.items():
-                if state == PRE:
-                    a = everything[ai]
-                    entry.needs[(ai, field)] = a.version
-                    self.checkpoints.need(a, a.version, read_rows.get((ai, field)), scalars)
-                else:
-                    entry.post.append((ai, field, grad_ck))
+            entry = LaunchEntry(kernel, specs, arrays, scalars, everything, grad_ck.facts.reads_after)
+            for ai, field, slices in grad_ck.facts.reads_before:
+                a = everything[ai]
+                entry.needs[(ai, field)] = a.version
+                self.checkpoints.need(a, a.version, slices, scalars)
             self.entries.append(entry)
         written = {}   # id -> (array, rows, bumps): an array bound to several parameters is written by each
-        for ai, field in ck.facts.writes:
+        for ai, slices in ck.facts.primal_writes:
             a = everything[ai]
-            if field == "primal" and self.checkpoints.watches(a):
-                slices = ck.facts.write_rows.get((ai, field))
+            if self.checkpoints.watches(a):
                 _, before, bumps = written.get(id(a), (a, slices, 0))
                 written[id(a)] = (a, slices if before is slices else _merged(before, slices), bumps + 1)
         for a, slices, bumps in written.values():
@@ -122,10 +116,10 @@ class Tape:
 
     def after_launch(self, entry):
         """The contents a launch left, for gradients that read them (atomic max/min winners)."""
-        for ai, field, grad_ck in entry.post:
+        for ai, field, slices in entry.post:
             a = entry.everything[ai]
             entry.needs[(ai, field)] = a.version
-            self.checkpoints.need(a, a.version, grad_ck.facts.read_rows.get((ai, field)), entry.scalars)
+            self.checkpoints.need(a, a.version, slices, entry.scalars)
 
     def _gradient_of(self, kernel, specs, arrays, everything):
         """(specs, compiled gradient, indices of the arguments given a temporary .grad) for a launch: every
@@ -221,11 +215,13 @@ def _merged(a, b):
 
 
 class LaunchEntry:
-    def __init__(self, kernel, specs, arrays, scalars, everything):
+    __slots__ = ("kernel", "specs", "arrays", "scalars", "everything", "needs", "post")
+
+    def __init__(self, kernel, specs, arrays, scalars, everything, post):
         self.kernel, self.specs, self.arrays, self.scalars = kernel, specs, arrays, scalars
         self.everything = everything   # arrays + captured globals, as kernel.arrays indexes them
         self.needs = {}                # (array index, field) -> version the gradient reads
-        self.post = []                 # (array index, field) read as the launch left them
+        self.post = post               # (array index, field, rows) read as the launch left them
 
     def backward(self, tape):
         buffers = {}

@@ -2,6 +2,7 @@
 launch found them (PRE) or as it left them (POST). A Tape keeps (checkpoints) exactly the contents that
 later writes would destroy, and binds them when the gradient runs.
 """
+import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -25,6 +26,22 @@ class ArrayFacts:
                                        # that have one: the derivative chain would stop there
     write_rows: dict = field(default_factory=dict)   # (index, field) -> {axis: rows} a launch writes (ir/rows.py)
     read_rows: dict = field(default_factory=dict)    # gradient kernels: (index, field) -> {axis: rows} they read
+
+    # what a Tape asks at every launch, worked out once
+    @functools.cached_property
+    def primal_writes(self):
+        """((array index, rows it writes), ...) of the user arrays' primal contents a launch can change."""
+        return tuple((ai, self.write_rows.get((ai, f))) for ai, f in self.writes if f == "primal")
+
+    @functools.cached_property
+    def reads_before(self):
+        """((array index, field, rows), ...) a gradient reads as the launch found them (PRE)."""
+        return tuple((ai, f, self.read_rows.get((ai, f))) for (ai, f), s in self.grad_reads.items() if s == PRE)
+
+    @functools.cached_property
+    def reads_after(self):
+        """((array index, field, rows), ...) a gradient reads as the launch left them (POST)."""
+        return tuple((ai, f, self.read_rows.get((ai, f))) for (ai, f), s in self.grad_reads.items() if s == POST)
 
 
 def array_facts(primal, compiled, mode, probes=()):
