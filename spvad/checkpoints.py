@@ -87,12 +87,13 @@ class _Watch:
 
 
 class _Kept:
-    """A kept copy: bound as it is (`regions` None: a buffer of the array's size holding all of it), or
-    copied back from `buffer` through `regions` (kept_slices.row_regions) into a scratch buffer."""
-    __slots__ = ("buffer", "regions")
+    """A kept copy of `rows` (None: all) along the array's axis: bound as it is (`regions` None: a buffer of
+    the array's size holding all of it), or copied back from `buffer` through `regions` (kept_slices.py:
+    offset in the array, offset in the copy, bytes) into a scratch buffer."""
+    __slots__ = ("buffer", "regions", "rows")
 
-    def __init__(self, buffer, regions):
-        self.buffer, self.regions = buffer, regions
+    def __init__(self, buffer, regions, rows):
+        self.buffer, self.regions, self.rows = buffer, regions, rows
 
 
 class Checkpoints:
@@ -103,7 +104,7 @@ class Checkpoints:
         self.broken = set()   # (id(array), version) of needs a write the Tape did not see destroyed
         self.nbytes = 0     # bytes kept so far (what `Tape.checkpoint_bytes` reports)
         self.arena = Arena()
-        self.scratch = {}   # (id(array), field) -> [full-size buffer gradients bind, the version it holds]
+        self.scratch = {}   # (id(array), field) -> [full-size buffer gradients bind, (version, rows) it holds]
 
     def _watch(self, array):
         """The array's watch while its needs hold; a write the Tape did not see (another thread, a direct
@@ -117,13 +118,16 @@ class Checkpoints:
 
     def need(self, array, version, slices=None, scalars=()):
         """A recorded gradient reads `array` as it is now, at `version`: the rows `slices` names for the
-        launch's `scalars` ({axis: row expressions} of ir/rows.py; None: all)."""
+        launch's `scalars` ({axis: row expressions} of ir/rows.py; None: all). Returns those rows along the
+        array's axis (None: all), for buffer_of."""
         watch = self._watch(array)
         if watch is None:
             watch = self.pending[id(array)] = _Watch(_best_axis(array, slices, scalars), array.version)
         elif watch.axis is None and not watch.needs:
             watch.axis = _best_axis(array, slices, scalars)
-        watch.add(version, _rows_along(watch.axis, array, slices, scalars))
+        rows = _rows_along(watch.axis, array, slices, scalars)
+        watch.add(version, rows)
+        return rows
 
     def watches(self, array):
         """Whether a write to `array` must be protected first (some recorded gradient reads its contents)."""
@@ -164,27 +168,28 @@ class Checkpoints:
         self.nbytes += size
         if whole and own:   # bound as it is
             rt.device.copy_buffer(array.buffer, buffer, size)
-            return _Kept(buffer, None)
+            return _Kept(buffer, None, None)
         regions = np.array([[0, at, size]], np.uint64) if whole else row_regions(shape, item, axis, rows, at)
         rt.device.copy_regions(array.buffer, buffer, regions)
-        return _Kept(buffer, regions[:, [1, 0, 2]])
+        return _Kept(buffer, regions, None if whole else rows)
 
-    def buffer_of(self, array, version, name, kernel_name, field="primal"):
-        """The buffer holding the rows of `array` at `version` that its gradients read: the array's own while
-        no write changed them, else a kept copy, or a scratch buffer of the array's size (for `field`'s
+    def buffer_of(self, array, version, rows, name, kernel_name, field="primal"):
+        """The buffer holding `rows` (need's answer) of `array` at `version` for a gradient: the array's own
+        while no write changed them, else a kept copy, or a scratch buffer of the array's size (for `field`'s
         binding) filled at those rows from the copies and from the array (the rows no write met)."""
         if array.version == version:
             return array.buffer
         key = (id(array), version)
         watch = self._watch(array)
-        left = watch is not None and version in watch.needs   # rows no write met
-        parts = self.kept.get(key)
-        if key in self.broken or (parts is None and not left):
+        pending = watch is not None and version in watch.needs
+        left = watch.needs[version] if pending else set()   # rows still in the array's buffer (None: all)
+        parts = self.kept.get(key, ())
+        if key in self.broken or not (parts or pending):
             raise AutodiffRuleError(
                 f"sp.Tape: the gradient of kernel {kernel_name} needs {name} as it was at its launch, but it "
                 "was changed since by a write the Tape did not record; keep such writes inside the Tape "
                 "(on the recording thread)")
-        if parts is None:
+        if pending and (left is None or (rows is not None and rows <= left)):
             return array.buffer
         if len(parts) == 1 and parts[0].regions is None:
             return parts[0].buffer
@@ -192,14 +197,17 @@ class Checkpoints:
         scratch = self.scratch.get((id(array), field))
         if scratch is None:
             scratch = self.scratch[(id(array), field)] = [rt.spare_buffers.take(array.buffer.nbytes), None]
-        if scratch[1] != version:   # (the gradient launched last may have read the same version)
+        held = scratch[1]   # (the gradient launched last may have read the same rows of this version)
+        if held is None or held[0] != version or not (held[1] is None or (rows is not None and rows <= held[1])):
             for part in parts:
-                rt.device.copy_regions(part.buffer, scratch[0], part.regions)
-            if left:
-                regions = row_regions(array.storage_shape, _itemsize(array), watch.axis, watch.needs[version], 0)
+                if rows is None or part.rows is None or not part.rows.isdisjoint(rows):
+                    rt.device.copy_regions(part.buffer, scratch[0], part.regions[:, [1, 0, 2]])
+            from_array = left if rows is None else left & rows
+            if from_array:
+                regions = row_regions(array.storage_shape, _itemsize(array), watch.axis, from_array, 0)
                 regions[:, 1] = regions[:, 0]
                 rt.device.copy_regions(array.buffer, scratch[0], regions)
-            scratch[1] = version
+            scratch[1] = (version, rows)
         return scratch[0]
 
     def release(self, spare):

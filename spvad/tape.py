@@ -100,8 +100,7 @@ class Tape:
             entry = LaunchEntry(kernel, specs, arrays, scalars, everything, grad_ck.facts.reads_after)
             for ai, field, slices in grad_ck.facts.reads_before:
                 a = everything[ai]
-                entry.needs[(ai, field)] = a.version
-                self.checkpoints.need(a, a.version, slices, scalars)
+                entry.needs[(ai, field)] = (a.version, self.checkpoints.need(a, a.version, slices, scalars))
             self.entries.append(entry)
         written = {}   # id -> (array, rows, bumps): an array bound to several parameters is written by each
         for ai, slices in ck.facts.primal_writes:
@@ -118,8 +117,7 @@ class Tape:
         """The contents a launch left, for gradients that read them (atomic max/min winners)."""
         for ai, field, slices in entry.post:
             a = entry.everything[ai]
-            entry.needs[(ai, field)] = a.version
-            self.checkpoints.need(a, a.version, slices, entry.scalars)
+            entry.needs[(ai, field)] = (a.version, self.checkpoints.need(a, a.version, slices, entry.scalars))
 
     def _gradient_of(self, kernel, specs, arrays, everything):
         """(specs, compiled gradient, indices of the arguments given a temporary .grad) for a launch: every
@@ -220,14 +218,14 @@ class LaunchEntry:
     def __init__(self, kernel, specs, arrays, scalars, everything, post):
         self.kernel, self.specs, self.arrays, self.scalars = kernel, specs, arrays, scalars
         self.everything = everything   # arrays + captured globals, as kernel.arrays indexes them
-        self.needs = {}                # (array index, field) -> version the gradient reads
+        self.needs = {}                # (array index, field) -> (version, rows along its axis) the gradient reads
         self.post = post               # (array index, field, rows) read as the launch left them
 
     def backward(self, tape):
         buffers = {}
-        for (ai, field), version in self.needs.items():
+        for (ai, field), (version, rows) in self.needs.items():
             a = self.everything[ai]
-            buffers.setdefault(ai, {})[field] = tape.checkpoints.buffer_of(a, version, tape.name_of(a),
+            buffers.setdefault(ai, {})[field] = tape.checkpoints.buffer_of(a, version, rows, tape.name_of(a),
                                                                            self.kernel.name, field)
         views = {}
         for ai, fields in buffers.items():
@@ -266,7 +264,7 @@ class CustomEntry:
         device, swaps = runtime.get().device, []
         for a, version in self.needs:
             if a.version != version:
-                kept = tape.checkpoints.buffer_of(a, version, tape.name_of(a), self.fn.fn.__name__)
+                kept = tape.checkpoints.buffer_of(a, version, None, tape.name_of(a), self.fn.fn.__name__)
                 final = device.create_buffer(a.buffer.nbytes)
                 device.copy_buffer(a.buffer, final, a.buffer.nbytes)
                 device.copy_buffer(kept, a.buffer, a.buffer.nbytes)

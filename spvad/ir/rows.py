@@ -73,9 +73,15 @@ def accessed_rows(kernel, writes, also=()):
 
 
 def evaluate(exprs, scalars, num_rows):
-    """The rows `exprs` (one axis of accessed_rows) name for a launch's scalars, as a frozenset; None (every
-    row) when `exprs` is None or a row falls outside 0 .. num_rows - 1 (an out-of-bounds access)."""
+    """The rows `exprs` (one axis of accessed_rows) name for a launch's scalars, as a set; None (every row)
+    when `exprs` is None or a row falls outside 0 .. num_rows - 1 (an out-of-bounds access)."""
     if exprs is None:
         return None
-    rows = frozenset(offset + sum(c * int(scalars[k]) for k, c in terms) for terms, offset in exprs)
-    return rows if all(0 <= r < num_rows for r in rows) else None
+    rows = set()
+    for terms, row in exprs:
+        for k, c in terms:
+            row += c * int(scalars[k])
+        if not 0 <= row < num_rows:
+            return None
+        rows.add(row)
+    return rows

@@ -74,10 +74,11 @@ def check_regions(src, dst, regions):
     if src.released or dst.released:
         raise DeviceError("transfer with a released buffer")
     if len(regions) <= 8:   # (the usual few rows: Python's integers are quicker than numpy's reductions)
-        rows = regions.tolist()
-        words = all(at % 4 == 0 and to % 4 == 0 and n % 4 == 0 for at, to, n in rows)
-        ends = (max((at + n for at, _, n in rows), default=0), max((to + n for _, to, n in rows), default=0))
-        empty = not all(n for _, _, n in rows)
+        bits, src_end, dst_end, empty = 0, 0, 0, False
+        for at, to, n in regions.tolist():
+            bits |= at | to | n
+            src_end, dst_end, empty = max(src_end, at + n), max(dst_end, to + n), empty or not n
+        words, ends = not bits & 3, (src_end, dst_end)
     else:
         words = not (regions % 4).any()
         ends = (int((regions[:, 0] + regions[:, 2]).max()), int((regions[:, 1] + regions[:, 2]).max()))
