@@ -87,13 +87,27 @@ class _Watch:
 
 
 class _Kept:
-    """A kept copy of `rows` (None: all) along the array's axis: bound as it is (`regions` None: a buffer of
-    the array's size holding all of it), or copied back from `buffer` through `regions` (kept_slices.py:
-    offset in the array, offset in the copy, bytes) into a scratch buffer."""
-    __slots__ = ("buffer", "regions", "rows")
+    """A kept copy, at byte `at` of `buffer`, of `rows` (a sorted tuple; None: all) along `axis`: packed one
+    block after another as kept_slices.row_regions lays them out. `own`: the buffer is a copy of the whole
+    array, bound as it is."""
+    __slots__ = ("buffer", "at", "axis", "rows", "own")
 
-    def __init__(self, buffer, regions, rows):
-        self.buffer, self.regions, self.rows = buffer, regions, rows
+    def __init__(self, buffer, at, axis, rows, own=False):
+        self.buffer, self.at, self.axis, self.rows, self.own = buffer, at, axis, rows, own
+
+    def fill(self, array, target, rows):
+        """Record copying `rows` (None: all it holds) of the copy to their places in `target`."""
+        device = array._runtime.device
+        if self.own and rows is None:
+            device.copy_buffer(self.buffer, target, array.buffer.nbytes)
+            return
+        shape, item = array.storage_shape, _itemsize(array)
+        if rows is None and self.rows is None or self.axis is None:   # all of the array, in its own layout
+            regions = np.array([[0, self.at, array.buffer.nbytes]], np.uint64)
+        else:
+            among = range(shape[self.axis]) if self.rows is None else self.rows
+            regions = row_regions(shape, item, self.axis, among if rows is None else rows, self.at, among)
+        device.copy_regions(self.buffer, target, regions[:, [1, 0, 2]])
 
 
 class Checkpoints:
@@ -150,8 +164,8 @@ class Checkpoints:
         if met:
             rows = None if any(r is None for r in met.values()) else set().union(*met.values())
             kept = self._copy(array, name, writer, watch.axis, rows)
-            for version in met:
-                self.kept.setdefault((id(array), version), []).append(kept)
+            for version, rows in met.items():   # the copy may hold other versions' rows too
+                self.kept.setdefault((id(array), version), []).append((kept, rows))
 
     def _copy(self, array, name, writer, axis, rows):
         shape, item = array.storage_shape, _itemsize(array)
@@ -168,10 +182,13 @@ class Checkpoints:
         self.nbytes += size
         if whole and own:   # bound as it is
             rt.device.copy_buffer(array.buffer, buffer, size)
-            return _Kept(buffer, None, None)
-        regions = np.array([[0, at, size]], np.uint64) if whole else row_regions(shape, item, axis, rows, at)
-        rt.device.copy_regions(array.buffer, buffer, regions)
-        return _Kept(buffer, regions, None if whole else rows)
+            return _Kept(buffer, 0, axis, None, own=True)
+        if whole:
+            rt.device.copy_regions(array.buffer, buffer, np.array([[0, at, size]], np.uint64))
+            return _Kept(buffer, at, axis, None)
+        rows = tuple(sorted(rows))
+        rt.device.copy_regions(array.buffer, buffer, row_regions(shape, item, axis, rows, at, rows))
+        return _Kept(buffer, at, axis, rows)
 
     def buffer_of(self, array, version, rows, name, kernel_name, field="primal"):
         """The buffer holding `rows` (need's answer) of `array` at `version` for a gradient: the array's own
@@ -191,21 +208,22 @@ class Checkpoints:
                 "(on the recording thread)")
         if pending and (left is None or (rows is not None and rows <= left)):
             return array.buffer
-        if len(parts) == 1 and parts[0].regions is None:
-            return parts[0].buffer
+        if len(parts) == 1 and parts[0][0].own:   # every row this version reads, kept at once
+            return parts[0][0].buffer
         rt = array._runtime
         scratch = self.scratch.get((id(array), field))
         if scratch is None:
             scratch = self.scratch[(id(array), field)] = [rt.spare_buffers.take(array.buffer.nbytes), None]
         held = scratch[1]   # (the gradient launched last may have read the same rows of this version)
         if held is None or held[0] != version or not (held[1] is None or (rows is not None and rows <= held[1])):
-            for part in parts:
-                if rows is None or part.rows is None or not part.rows.isdisjoint(rows):
-                    rt.device.copy_regions(part.buffer, scratch[0], part.regions[:, [1, 0, 2]])
+            for kept, met in parts:   # only this version's rows of each copy
+                wanted = met if rows is None else rows if met is None else met & rows
+                if wanted is None or wanted:
+                    kept.fill(array, scratch[0], wanted)
             from_array = left if rows is None else left & rows
             if from_array:
-                regions = row_regions(array.storage_shape, _itemsize(array), watch.axis, from_array, 0)
-                regions[:, 1] = regions[:, 0]
+                regions = row_regions(array.storage_shape, _itemsize(array), watch.axis, from_array, 0,
+                                      range(array.storage_shape[watch.axis]))
                 rt.device.copy_regions(array.buffer, scratch[0], regions)
             scratch[1] = (version, rows)
         return scratch[0]
@@ -237,7 +255,7 @@ def _row_of_element(axis, array, element):
 
 def _best_axis(array, slices, scalars):
     """The axis along which `slices` names the smallest share of `array` (None: no axis names any)."""
-    best, share = None, 1.0
+    best, share = None, 2.0   # (all rows of an axis still beat None: later reads and writes may name fewer)
     for axis in slices or ():
         rows = _rows_along(axis, array, slices, scalars)
         if rows is not None and len(rows) / array.storage_shape[axis] < share:

@@ -12,21 +12,24 @@ def rows_nbytes(shape, itemsize, axis, count):
     return math.prod(shape[:axis]) * count * math.prod(shape[axis + 1:]) * itemsize
 
 
-def row_regions(shape, itemsize, axis, rows, at):
-    """(n, 3) uint64 regions (offset in the array, offset in the copy, bytes) that copy `rows` along `axis`
-    into a compact copy starting at byte `at`: each block of the array's rows after the one before it."""
+def row_regions(shape, itemsize, axis, rows, at, among=None):
+    """(n, 3) uint64 regions (offset in the array, offset in the copy, bytes) of `rows` along `axis` in a
+    compact copy starting at byte `at` that holds the rows `among` (a sorted sequence; default `rows`), each
+    block of the array's rows after the one before it."""
     block = math.prod(shape[axis + 1:]) * itemsize
-    runs = []   # [first row, its place among the kept rows, rows in the run]
-    for place, r in enumerate(sorted(rows)):
+    among = sorted(rows) if among is None else among
+    place = {r: k for k, r in enumerate(among)} if len(among) < shape[axis] else None   # None: r is its place
+    runs = []   # [first row, its place in the copy, rows in the run]
+    for r in sorted(rows):
         if runs and r == runs[-1][0] + runs[-1][2]:
             runs[-1][2] += 1
         else:
-            runs.append([r, place, 1])
-    base = np.array([(r * block, at + place * block, n * block) for r, place, n in runs], np.uint64)
+            runs.append([r, r if place is None else place[r], 1])
+    base = np.array([(r * block, at + k * block, n * block) for r, k, n in runs], np.uint64)
     outer = math.prod(shape[:axis])
     if outer == 1:
         return base
-    stride = np.array([shape[axis] * block, len(rows) * block, 0], np.uint64)
+    stride = np.array([shape[axis] * block, len(among) * block, 0], np.uint64)
     return (np.arange(outer, dtype=np.uint64)[:, None, None] * stride + base).reshape(-1, 3)
 
 

@@ -151,3 +151,61 @@ def test_electric_keeps_a_row_of_x_and_v_per_step(rng):
         p = dict(enumerate(params))
         directional_check(grads[which], lambda q: rollout_numpy(m, [q[j] for j in range(4)], *state), p, which,
                           rng)
+
+
+@sp.kernel
+def pair(a: sp.Array, out: sp.Array, k: sp.i32, r0: sp.i32, r1: sp.i32):
+    for i in range(a.shape[1]):
+        out[k, i] = sp.sin(a[r0, i]) * sp.cos(a[r1, i])
+
+
+@sp.kernel
+def bump(a: sp.Array, r: sp.i32):
+    for i in range(a.shape[1]):
+        a[r, i] = a[r, i] * 1.5 + 0.1
+
+
+@sp.kernel
+def squash_both(a: sp.Array):
+    for i in range(a.shape[1]):
+        first, second = a[0, i], a[1, i]
+        a[0, i] = sp.tanh(first)
+        a[1, i] = sp.tanh(second)
+
+
+@sp.kernel
+def sum_squares(a: sp.Array, loss: sp.Array):
+    for r, i in a:
+        loss[None] += a[r, i] * a[r, i]
+
+
+@pytest.mark.parametrize("n", [5, 70_000])   # 70,000 floats a row: the last copy is a buffer of its own
+def test_each_version_reads_its_own_rows_of_a_shared_copy(rng, n):
+    """pair reads rows 0 and 1 (version 1); bump rewrites row 0, keeping it (copy 1); pair reads the new row 0
+    (version 2); squash_both rewrites both rows, keeping one copy of them (copy 2) that holds row 1 of version
+    1 and row 0 of version 2. The first pair's gradient must take row 0 from copy 1 and row 1 from copy 2."""
+    if n > 1000 and sp.device_info()["backend"] != "vulkan":
+        pytest.skip("the interpreter runs a thread at a time")
+    a0 = rand(rng, (2, n))
+    a = sp.from_numpy(a0, needs_grad=True)
+    out, loss = sp.ndarray(sp.f32, (2, n), needs_grad=True), sp.ndarray(sp.f32, (), needs_grad=True)
+    with sp.Tape(loss) as tape:
+        pair(a, out, 0, 0, 1)
+        bump(a, 0)
+        pair(a, out, 1, 0, 0)
+        squash_both(a)
+        sum_squares(out, loss)
+        sum_squares(a, loss)
+    assert tape.checkpoint_bytes == 3 * n * 4   # row 0, then rows 0 and 1
+
+    def loss_of(p):
+        a = p["a"].copy()
+        out0 = np.sin(a[0]) * np.cos(a[1])
+        a[0] = a[0] * 1.5 + 0.1
+        out1 = np.sin(a[0]) * np.cos(a[0])
+        a = np.tanh(a)
+        return np.sum(out0 ** 2) + np.sum(out1 ** 2) + np.sum(a ** 2)
+
+    p = {"a": a0.astype(np.float64)}
+    np.testing.assert_allclose(loss[None], loss_of(p), rtol=1e-4)
+    directional_check(a.grad.to_numpy(), loss_of, p, "a", rng)
