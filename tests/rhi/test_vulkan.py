@@ -449,6 +449,32 @@ def test_copy_and_fill_are_ordered_with_launches(dev):
     np.testing.assert_array_equal(D.view(np.float32), expect)
 
 
+def test_copy_regions_between_launches(dev):
+    """launch (C = A + B) -> copy three regions of C into D -> launch (C = A + D): each sees the one before."""
+    n = 256
+    rng = np.random.default_rng(8)
+    a, b = rng.uniform(1, 2, n).astype(np.float32), rng.uniform(1, 2, n).astype(np.float32)
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    A, B, C, D = upload(dev, a), upload(dev, b), dev.create_buffer(4 * n), upload(dev, np.zeros(n, np.float32))
+    regions = np.array([[0, 40, 12], [100, 0, 8], [400, 800, 200]], np.uint64)   # bytes: 3, 2 and 50 floats
+    dev.launch(pipe, [A, B, C], struct.pack("<I", n), groups_for(n))
+    dev.copy_regions(C, D, regions)
+    dev.launch(pipe, [A, D, C], struct.pack("<I", n), groups_for(n))
+    dev.sync()
+    d = np.zeros(n, np.float32)
+    for at, to, size in regions // 4:
+        d[to:to + size] = (a + b)[at:at + size]
+    np.testing.assert_array_equal(D.view(np.float32), d)
+    np.testing.assert_array_equal(C.view(np.float32), a + d)
+
+
+@pytest.mark.parametrize("regions", [[[2, 0, 4]], [[0, 0, 6]], [[0, 62, 4]], [[60, 0, 8]]],
+                         ids=["odd-offset", "odd-size", "past-dst", "past-src"])
+def test_bad_copy_regions_are_refused(dev, regions):
+    with pytest.raises(DeviceError, match="words|past the end"):
+        dev.copy_regions(dev.create_buffer(64), dev.create_buffer(64), np.array(regions, np.uint64))
+
+
 @pytest.mark.parametrize("call", [lambda d, x: d.copy_buffer(x, x, 6), lambda d, x: d.fill_buffer(x, 2, 4, 0),
                                   lambda d, x: d.copy_buffer(x, d.create_buffer(4), 64),
                                   lambda d, x: d.fill_buffer(x, 64, 4, 0)],

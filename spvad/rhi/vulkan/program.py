@@ -14,7 +14,7 @@ bind the same buffers, e.g. a forward kernel and its gradient kernel.
 import struct
 
 from ...errors import DeviceError, PipelineCreationError
-from ..base import Pipeline, check_transfer
+from ..base import Pipeline, check_regions, check_transfer
 from .vkapi import NULL, VK_ERRORS, WHOLE_SIZE, call, check, ffi, lib, result_of, vk, void_ptr
 
 BIND_COMPUTE = lib.VK_PIPELINE_BIND_POINT_COMPUTE
@@ -428,6 +428,19 @@ class ProgramMixin:
             return
         self._transfer(lambda cmd: _copy_segments(cmd, region, src, dst, nbytes))
 
+    def copy_regions(self, src, dst, regions):
+        """See base.Device.copy_regions: one vkCmdCopyBuffer with every region (VkBufferCopy is three
+        VkDeviceSize, the layout of the regions' rows), or region by region into an addressed buffer's blocks."""
+        regions = check_regions(src, dst, regions)
+        if not len(regions):
+            return
+        if not (src.addressed or dst.addressed):
+            copies = ffi.from_buffer("VkBufferCopy[]", regions)   # read when the command is recorded
+            self._transfer(lambda cmd: lib.vkCmdCopyBuffer(cmd, src._handle, dst._handle, len(regions), copies))
+            return
+        self._transfer(lambda cmd: [_copy_segments(cmd, self._copy_region, src, dst, int(n), int(at), int(to))
+                                    for at, to, n in regions])
+
     def fill_buffer(self, buf, offset, nbytes, word):
         """See base.Device.fill_buffer (vkCmdFillBuffer)."""
         self.fill_buffers(((buf, offset, nbytes, word),))
@@ -443,10 +456,11 @@ class ProgramMixin:
             self._transfer(lambda cmd: [lib.vkCmdFillBuffer(cmd, *part) for part in parts])
 
 
-def _copy_segments(cmd, region, src, dst, nbytes):
-    """Copy the first `nbytes` bytes of `src` into `dst` piece by piece where either is in several memory blocks."""
-    done = 0
-    for s_handle, s_at, s_len in src.segments(0, nbytes):
+def _copy_segments(cmd, region, src, dst, nbytes, at=0, to=0):
+    """Copy `nbytes` bytes of `src` from `at` into `dst` from `to`, piece by piece where either is in several
+    memory blocks."""
+    done = to
+    for s_handle, s_at, s_len in src.segments(at, nbytes):
         for d_handle, d_at, d_len in dst.segments(done, s_len):
             region.srcOffset, region.dstOffset, region.size = s_at, d_at, d_len
             lib.vkCmdCopyBuffer(cmd, s_handle, d_handle, 1, region)
