@@ -9,17 +9,21 @@
 #                                     default 3.12)
 #   bash ci/gpu_check.sh             there, carrying .gpu-kit (and .venv if that machine can run it); about 2 min
 #   bash ci/gpu_check.sh --dry-run   set up and select the device, print what was found, then stop
-# Options: --device NAME (a device-name substring, default NVIDIA; SPVAD_DEVICE wins), --no-tests, --no-bench.
+# Options: --device NAME (a device-name substring, default NVIDIA; SPVAD_DEVICE wins), --no-tests, --no-bench,
+# --then CMD (run CMD with the same environment after the checks: extra benchmarks; its status counts).
+# The tests run in parallel with pytest-xdist when the machine's Python has it (the whole suite took ~10 min
+# serially on an H200 machine, ~2.5 min with 12 workers), and without -x, so one run reports every difference.
 # A carried .venv is used when it runs there (its python is a link to this machine's interpreter, which a
 # GPU machine rarely has); otherwise python3 (numpy, pytest: its own), the kit's wheels installed into it.
 set -uo pipefail
 exec 2>&1                     # one stream, in order
 cd "$(dirname "$0")/.."
-ROOT=$PWD KIT=$PWD/.gpu-kit DEVICE=${SPVAD_DEVICE:-NVIDIA} MODE=check TESTS=1 BENCH=1
+ROOT=$PWD KIT=$PWD/.gpu-kit DEVICE=${SPVAD_DEVICE:-NVIDIA} MODE=check TESTS=1 BENCH=1 THEN=
 while [ $# -gt 0 ]; do
   case $1 in
     --pack) MODE=pack ;; --dry-run) MODE=dry ;; --no-tests) TESTS=0 ;; --no-bench) BENCH=0 ;;
     --device) DEVICE=${2:?--device needs a name}; shift ;;
+    --then) THEN=${2:?--then needs a command}; shift ;;
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
   shift
@@ -52,6 +56,8 @@ fi
 # ---- there: the environment ----------------------------------------------------------------------------------
 missing=()
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} SPVAD_DEVICE=$DEVICE PYTHONUNBUFFERED=1
+# a CUDA build of JAX takes 75% of the GPU's memory at its first use unless told not to (tests/interop imports it)
+export XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
 # NVIDIA's libnvidia-tls uses static TLS: loaded again by a second Vulkan instance in one process (sp.init after
 # sp.reset, as the tests do) it failed with "cannot allocate memory in static TLS block" (H200, driver 580.159)
 # until glibc reserved more optional static TLS for libraries loaded later
@@ -122,7 +128,8 @@ status=0
 [ -n "${OUT:-}" ] && mkdir -p "$OUT"
 if [ $TESTS = 1 ]; then
   echo "== tests (SPVAD_VALIDATION=$VALIDATION; tests/test_layering.py skipped: it needs import-linter, no device)"
-  SPVAD_VALIDATION=$VALIDATION timeout 330 "$PY" -m pytest -x -q -p no:cacheprovider tests \
+  workers=(); "$PY" -c "import xdist" >/dev/null 2>&1 && workers=(-n "$(( $(nproc) > 12 ? 12 : $(nproc) ))")
+  SPVAD_VALIDATION=$VALIDATION timeout 330 "$PY" -m pytest -q -p no:cacheprovider "${workers[@]}" -rfE tests \
     --ignore=tests/test_layering.py 2>&1 | tee ${OUT:+"$OUT"/tests.log}
   rc=${PIPESTATUS[0]}; [ $rc = 124 ] && echo "TESTS TIMED OUT (330 s)"; [ $rc != 0 ] && status=1
 fi
@@ -131,6 +138,10 @@ if [ $BENCH = 1 ]; then
   timeout 150 "$PY" benchmarks/peers.py --quick --systems spvad,limit,numpy --no-install \
     --json "${OUT:-benchmarks/results}/peers-gpu-quick.json" 2>&1 | tee ${OUT:+"$OUT"/peers.log}
   rc=${PIPESTATUS[0]}; [ $rc = 124 ] && echo "BENCHMARK TIMED OUT (150 s)"; [ $rc != 0 ] && status=1
+fi
+if [ -n "$THEN" ]; then
+  echo "== $THEN"
+  bash -c "$THEN" || status=1
 fi
 echo "== gpu_check: $([ $status = 0 ] && echo OK || echo FAILED)"
 exit $status

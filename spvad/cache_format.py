@@ -43,26 +43,40 @@ class BadData(Exception):
     """The data is not a well-formed graph of whitelisted objects."""
 
 
-_classes = None
+_classes = {}   # name -> whitelisted class or None, resolved when first named
+
+
+def whitelisted(name):
+    """The whitelisted class called `name` ("module.QualName"), or None. Resolved on first use, a name at a
+    time (a process loading one entry asks for a dozen): only our own modules are ever imported."""
+    cls = _classes.get(name, False)
+    if cls is False:
+        module, _, qualname = name.rpartition(".")
+        if name not in WHITELIST and module not in WHITELIST_MODULES:
+            return None   # (not remembered: a damaged file could name any number of them)
+        cls = _classes[name] = _resolve(name, module, qualname)
+    return cls
+
+
+def _resolve(name, module, qualname):
+    if name in WHITELIST:
+        try:
+            cls = getattr(importlib.import_module(module), qualname)
+        except (ImportError, AttributeError):   # renamed: kernels holding it are not cached (a test says so)
+            return None
+    else:   # a class defined in a WHITELIST_MODULES module, at its top level
+        cls = vars(importlib.import_module(module)).get(qualname)
+        if not (isinstance(cls, type) and cls.__module__ == module and cls.__qualname__ == qualname):
+            return None
+    return cls if _rebuildable(cls) else None
 
 
 def classes():
-    """name -> class of every whitelisted class (resolved once; only our own modules are imported)."""
-    global _classes
-    if _classes is None:
-        found = {}
-        for name in WHITELIST:
-            module, _, qualname = name.rpartition(".")
-            try:
-                found[name] = getattr(importlib.import_module(module), qualname)
-            except (ImportError, AttributeError):   # renamed: kernels holding it are not cached (a test says so)
-                pass
-        for module in WHITELIST_MODULES:
-            for obj in vars(importlib.import_module(module)).values():
-                if isinstance(obj, type) and obj.__module__ == module:
-                    found[f"{module}.{obj.__qualname__}"] = obj
-        _classes = {name: cls for name, cls in found.items() if _rebuildable(cls)}
-    return _classes
+    """name -> class of every whitelisted class."""
+    names = list(WHITELIST) + [f"{module}.{obj.__qualname__}" for module in WHITELIST_MODULES
+                               for obj in vars(importlib.import_module(module)).values()
+                               if isinstance(obj, type) and obj.__module__ == module]
+    return {name: cls for name in names for cls in [whitelisted(name)] if cls is not None}
 
 
 def _rebuildable(cls):
@@ -78,23 +92,27 @@ def _name(cls):
 
 
 # ---- writing ------------------------------------------------------------------------------------------------
+_CONTAINERS = (list, dict, set)
+_PLAIN = {str, int, float, bool, type(None)}   # JSON scalars are values as they are
+
+
 class _Writer:
     def __init__(self):
-        self.known = classes()
         self.index = {}      # id(obj) -> entry index
         self.objects = []    # entry index -> object (kept alive, so ids stay unique while writing)
         self.entries = []
         self.children = []   # entry index -> indices of the entries it refers to
-        self.class_ids = {}
+        self.class_ids = {}  # class name -> its index in the file's table
+        self.of_class = {}   # class -> the same index, once checked
         self.refs = None     # the children of the entry being written
 
     def class_id(self, cls):
-        name = _name(cls)
-        if self.known.get(name) is not cls:
-            raise NotStorable(name)
-        k = self.class_ids.get(name)
+        k = self.of_class.get(cls)
         if k is None:
-            k = self.class_ids[name] = len(self.class_ids)
+            name = _name(cls)
+            if whitelisted(name) is not cls:
+                raise NotStorable(name)
+            k = self.of_class[cls] = self.class_ids[name] = len(self.class_ids)
         return k
 
     def ref(self, obj):
@@ -109,6 +127,9 @@ class _Writer:
         t = type(v)
         if v is None or t is bool or t is int or t is float or t is str:
             return v
+        # objects with identity, most of a graph (tuples, enums and numpy scalars have a __new__ of their own)
+        if t in _CONTAINERS or t.__new__ is object.__new__ and hasattr(v, "__dict__"):
+            return self.ref(v)
         if t is tuple:
             return ["t", *map(self.value, v)]
         if t is frozenset:
@@ -119,8 +140,6 @@ class _Writer:
             return ["e", self.class_id(t), v.name]
         if isinstance(v, np.generic) and v.dtype.kind in NUMPY_KINDS:
             return ["n", v.dtype.str, v.tobytes().hex()]
-        if t in (list, dict, set) or t.__new__ is object.__new__ and hasattr(v, "__dict__"):
-            return self.ref(v)
         raise NotStorable(_name(t))
 
     def entry(self, obj):
@@ -132,10 +151,12 @@ class _Writer:
         if t is set:
             return ["s", [self.value(x) for x in _in_stable_order(obj)]]
         cid = self.class_id(t)
-        state = vars(obj)
-        if not all(type(k) is str for k in state):
-            raise NotStorable(_name(t))
-        return ["o", cid, {k: self.value(x) for k, x in state.items()}]
+        attrs, value, plain = {}, self.value, _PLAIN
+        for k, x in vars(obj).items():
+            if type(k) is not str:
+                raise NotStorable(_name(t))
+            attrs[k] = x if type(x) in plain else value(x)
+        return ["o", cid, attrs]
 
     def fill_order(self):
         """Post-order over the references (iterative: IR chains are deeper than Python's recursion limit)."""
@@ -181,29 +202,33 @@ def dumps(root):
 
 # ---- reading ------------------------------------------------------------------------------------------------
 _EMPTY = {"l": list, "d": dict, "s": set}
-_PLAIN = {str, int, float, bool, type(None)}   # JSON scalars are values as they are
 
 
 class _Reader:
     def __init__(self, doc):
-        known = classes()
         if not isinstance(doc, dict):
             raise BadData("not a JSON object")
-        try:
-            self.classes = [known[name] for name in doc["classes"]]
-        except (KeyError, TypeError):
-            raise BadData("names a class outside the whitelist") from None
+        self.classes = []
+        for name in doc["classes"]:
+            cls = whitelisted(name) if type(name) is str else None
+            if cls is None:
+                raise BadData("names a class outside the whitelist")
+            self.classes.append(cls)
+        # per class: what an object entry of it is made with (every whitelisted class but an enum takes
+        # object.__new__, see _rebuildable), None for an enum
+        makers = [None if isinstance(cls, enum.EnumMeta) else cls for cls in self.classes]
+        new, empty = object.__new__, _EMPTY
         self.entries = doc["objects"]
-        self.objects = []
+        self.objects = objects = []
         for e in self.entries:   # every entry exists (empty) before any is filled: references may point ahead
             if e[0] == "o":
-                cls = self.classes[e[1]]
-                if isinstance(cls, enum.EnumMeta):
+                cls = makers[e[1]]
+                if cls is None:
                     raise BadData("an enum is not an object entry")
-                self.objects.append(cls.__new__(cls))
+                objects.append(new(cls))
             else:
-                self.objects.append(_EMPTY[e[0]]())
-        self.filled = [False] * len(self.objects)
+                objects.append(empty[e[0]]())
+        self.filled = [False] * len(objects)
 
     def value(self, v):
         if type(v) in _PLAIN:

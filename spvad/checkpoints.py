@@ -1,70 +1,176 @@
-"""The contents a Tape keeps: device-side copies of array contents that a recorded gradient will read and a
+"""The contents a Tape keeps: device-side copies of the array contents that a recorded gradient will read and a
 later write is about to destroy, and the views that bind them when the gradients run.
 
-An array's contents are named by (array, version): every write bumps `version`. A recorded launch
-declares the rows of a version its gradient reads (`need`); before any write, `protect` copies the array if
-the write's rows meet rows still needed (rows: first-axis indices, ir/rows.py; None: all of them). A need
-whose rows no write touched is read from the array's own buffer. Copies are made on the device, in launch
-order, and only then.
+An array's contents are named by (array, version): every write bumps `version`. A recorded launch declares
+the rows of a version its gradient reads (`need`); before any write, `protect` copies those rows if the
+write's rows meet them. Rows lie along one axis per array (ir/rows.py: any axis whose index is an affine
+expression of the launch's scalars; None: all of them), and needs are indexed by row, so a write meets only
+the needs of the rows it touches: recording costs the same at the 10,000th launch as at the 10th. A need
+whose rows no write touched is read from the array's own buffer. Copies hold only the rows needed, packed
+into shared buffers (kept_slices.py), are made on the device, in launch order, and only then; a gradient
+binds a full-size scratch buffer filled at those rows, which are all it reads (a large whole copy is bound
+as it is).
 """
+import math
+
+import numpy as np
+
 from .errors import AutodiffRuleError
+from .ir import rows as row_exprs
+from .kept_slices import Arena, row_regions, rows_nbytes
 
 
-class _Need:
-    """Rows of one version of an array that recorded gradients read, still equal in the array's own buffer
-    while the array is at version `valid_at` (a write the Tape did not see breaks that)."""
-    __slots__ = ("rows", "valid_at")
+class _Watch:
+    """The needs of one array still read from its own buffer, indexed by the rows along `axis` they read
+    (axis None: every need reads all rows). They hold while the array is at version `expected`: a write the
+    Tape did not see (another thread, a direct buffer write) breaks them."""
+    __slots__ = ("axis", "expected", "needs", "by_row", "whole")
 
-    def __init__(self, rows, valid_at):
-        self.rows, self.valid_at = rows, valid_at
+    def __init__(self, axis, expected):
+        self.axis, self.expected = axis, expected
+        self.needs = {}     # version -> set of rows along `axis`, or None (all rows)
+        self.by_row = {}    # row -> set of versions reading it
+        self.whole = set()  # versions read whole
+
+    def add(self, version, rows):
+        known = self.needs.get(version, ())
+        if known is None:
+            return
+        if rows is None:
+            self.pop(version)
+            self.needs[version] = None
+            self.whole.add(version)
+            return
+        if version not in self.needs:
+            known = self.needs[version] = set()
+        for r in rows:
+            if r not in known:
+                known.add(r)
+                self.by_row.setdefault(r, set()).add(version)
+
+    def pop(self, version):
+        """Forget the need of `version` (all its rows)."""
+        rows = self.needs.pop(version, ())
+        if rows is None:
+            self.whole.discard(version)
+        else:
+            self._unindex(version, rows)
+
+    def _unindex(self, version, rows):
+        for r in rows:
+            versions = self.by_row[r]
+            versions.discard(version)
+            if not versions:
+                del self.by_row[r]
+
+    def take_meeting(self, rows):
+        """{version: rows met (None: all)} of the needs that read some of `rows` (None: all rows): what a write
+        of those rows destroys. The rows met leave the watch; a need's other rows stay in the array's buffer."""
+        if rows is None:
+            met = dict(self.needs)
+            self.needs, self.by_row, self.whole = {}, {}, set()
+            return met
+        met = {v: None for v in self.whole}
+        for v in self.whole:
+            del self.needs[v]
+        self.whole = set()
+        for r in rows:
+            for v in self.by_row.pop(r, ()):
+                met.setdefault(v, set()).add(r)
+        for v, gone in met.items():
+            left = self.needs.get(v)
+            if left:
+                left -= gone
+                if not left:
+                    del self.needs[v]
+        return met
+
+
+class _Kept:
+    """A kept copy, at byte `at` of `buffer`, of `rows` (a sorted tuple; None: all) along `axis`: packed one
+    block after another as kept_slices.row_regions lays them out. `own`: the buffer is a copy of the whole
+    array, bound as it is."""
+    __slots__ = ("buffer", "at", "axis", "rows", "own")
+
+    def __init__(self, buffer, at, axis, rows, own=False):
+        self.buffer, self.at, self.axis, self.rows, self.own = buffer, at, axis, rows, own
+
+    def fill(self, array, target, rows):
+        """Record copying `rows` (None: all it holds) of the copy to their places in `target`."""
+        device = array._runtime.device
+        if self.own and rows is None:
+            device.copy_buffer(self.buffer, target, array.buffer.nbytes)
+            return
+        shape, item = array.storage_shape, _itemsize(array)
+        if rows is None and self.rows is None or self.axis is None:   # all of the array, in its own layout
+            regions = np.array([[0, self.at, array.buffer.nbytes]], np.uint64)
+        else:
+            among = range(shape[self.axis]) if self.rows is None else self.rows
+            regions = row_regions(shape, item, self.axis, among if rows is None else rows, self.at, among)
+        device.copy_regions(self.buffer, target, regions[:, [1, 0, 2]])
 
 
 class Checkpoints:
     def __init__(self, budget=None):
         self.budget = budget
-        self.pending = {}   # id(array) -> {version: _Need}: needs the array's own buffer still holds
-        self.kept = {}      # (id(array), version) -> device buffer holding the rows its gradients read
+        self.pending = {}   # id(array) -> _Watch: needs (or rows of them) the array's own buffer still holds
+        self.kept = {}      # (id(array), version) -> [_Kept]: copies of the rows of that need writes destroyed
+        self.broken = set()   # (id(array), version) of needs a write the Tape did not see destroyed
         self.nbytes = 0     # bytes kept so far (what `Tape.checkpoint_bytes` reports)
+        self.arena = Arena()
+        self.scratch = {}   # (id(array), field) -> [full-size buffer gradients bind, (version, rows) it holds]
 
-    def need(self, array, version, rows=None):
-        """A recorded gradient reads `rows` (a frozenset of first-axis indices; None: all) of `array` as it
-        is now, at `version`."""
-        needs = self.pending.setdefault(id(array), {})
-        known = needs.get(version)
-        if known is None:
-            needs[version] = _Need(rows, array.version)
-        elif known.rows is not None:
-            known.rows = None if rows is None else known.rows | rows
+    def _watch(self, array):
+        """The array's watch while its needs hold; a write the Tape did not see (another thread, a direct
+        buffer write) breaks them all: buffer_of refuses them."""
+        watch = self.pending.get(id(array))
+        if watch is not None and watch.expected != array.version:
+            self.broken.update((id(array), v) for v in watch.needs)
+            del self.pending[id(array)]
+            return None
+        return watch
+
+    def need(self, array, version, slices=None, scalars=()):
+        """A recorded gradient reads `array` as it is now, at `version`: the rows `slices` names for the
+        launch's `scalars` ({axis: row expressions} of ir/rows.py; None: all). Returns those rows along the
+        array's axis (None: all), for buffer_of."""
+        watch = self._watch(array)
+        if watch is None:
+            watch = self.pending[id(array)] = _Watch(_best_axis(array, slices, scalars), array.version)
+        elif watch.axis is None and not watch.needs:
+            watch.axis = _best_axis(array, slices, scalars)
+        rows = _rows_along(watch.axis, array, slices, scalars)
+        watch.add(version, rows)
+        return rows
 
     def watches(self, array):
         """Whether a write to `array` must be protected first (some recorded gradient reads its contents)."""
         return id(array) in self.pending
 
-    def protect(self, array, name, writer, rows=None, bumps=1):
-        """Keep `array`'s current contents if a recorded gradient reads rows that `writer` (a description
-        such as "the launch of kernel step") is about to change: its `rows` (None: all), after which the
-        array's version has grown by `bumps`. Call before the write."""
-        needs = self.pending.get(id(array))
-        if not needs:
+    def protect(self, array, name, writer, slices=None, scalars=(), bumps=1, element=None):
+        """Keep the rows of `array` that recorded gradients read and that `writer` (a description such as "the
+        launch of kernel step") is about to change: the rows `slices` names for `scalars` (as in `need`), or
+        the row of `element` (a flat element index: a host write `a[i] = v`), after which the array's version
+        has grown by `bumps`. Call before the write."""
+        watch = self._watch(array)
+        if watch is None:
             return
-        meeting = []
-        for version, need in list(needs.items()):
-            if need.valid_at != array.version:   # changed by a write the Tape did not see: buffer_of says so
-                del needs[version]
-            elif need.rows is None or rows is None or need.rows & rows:
-                meeting.append(version)
-                del needs[version]
-            else:
-                need.valid_at = array.version + bumps
-        if not needs:
+        rows = _rows_along(watch.axis, array, slices, scalars) if element is None else \
+            _row_of_element(watch.axis, array, element)
+        met = watch.take_meeting(rows)
+        watch.expected = array.version + bumps
+        if not watch.needs:
             del self.pending[id(array)]
-        if meeting:
-            copy = self._copy(array, name, writer)
-            for version in meeting:
-                self.kept[(id(array), version)] = copy
+        if met:
+            rows = None if any(r is None for r in met.values()) else set().union(*met.values())
+            kept = self._copy(array, name, writer, watch.axis, rows)
+            for version, rows in met.items():   # the copy may hold other versions' rows too
+                self.kept.setdefault((id(array), version), []).append((kept, rows))
 
-    def _copy(self, array, name, writer):
-        size = array.buffer.nbytes
+    def _copy(self, array, name, writer, axis, rows):
+        shape, item = array.storage_shape, _itemsize(array)
+        whole = rows is None or len(rows) == shape[axis]
+        size = array.buffer.nbytes if whole else rows_nbytes(shape, item, axis, len(rows))
         if self.budget is not None and self.nbytes + size > self.budget:
             raise AutodiffRuleError(
                 f"sp.Tape: {writer} overwrites {name}, whose contents the gradient of an earlier recorded "
@@ -72,37 +178,95 @@ class Checkpoints:
                 f"bytes ({self.nbytes:,} kept so far). Write each step into its own array (e.g. a row of a "
                 "time-indexed array) instead of overwriting one, or raise checkpoint_budget")
         rt = array._runtime
-        copy = rt.spare_buffers.take(size)
-        rt.device.copy_buffer(array.buffer, copy, size)
+        buffer, at, own = self.arena.place(rt.spare_buffers, size)
         self.nbytes += size
-        return copy
+        if whole and own:   # bound as it is
+            rt.device.copy_buffer(array.buffer, buffer, size)
+            return _Kept(buffer, 0, axis, None, own=True)
+        if whole:
+            rt.device.copy_regions(array.buffer, buffer, np.array([[0, at, size]], np.uint64))
+            return _Kept(buffer, at, axis, None)
+        rows = tuple(sorted(rows))
+        rt.device.copy_regions(array.buffer, buffer, row_regions(shape, item, axis, rows, at, rows))
+        return _Kept(buffer, at, axis, rows)
 
-    def buffer_of(self, array, version, name, kernel_name):
-        """The buffer holding the rows of `array` at `version` that its gradients read: the array's own while
-        no write changed them."""
+    def buffer_of(self, array, version, rows, name, kernel_name, field="primal"):
+        """The buffer holding `rows` (need's answer) of `array` at `version` for a gradient: the array's own
+        while no write changed them, else a kept copy, or a scratch buffer of the array's size (for `field`'s
+        binding) filled at those rows from the copies and from the array (the rows no write met)."""
         if array.version == version:
             return array.buffer
-        kept = self.kept.get((id(array), version))
-        if kept is not None:
-            return kept
-        need = self.pending.get(id(array), {}).get(version)
-        if need is not None and need.valid_at == array.version:
+        key = (id(array), version)
+        watch = self._watch(array)
+        pending = watch is not None and version in watch.needs
+        left = watch.needs[version] if pending else set()   # rows still in the array's buffer (None: all)
+        parts = self.kept.get(key, ())
+        if key in self.broken or not (parts or pending):
+            raise AutodiffRuleError(
+                f"sp.Tape: the gradient of kernel {kernel_name} needs {name} as it was at its launch, but it "
+                "was changed since by a write the Tape did not record; keep such writes inside the Tape "
+                "(on the recording thread)")
+        if pending and (left is None or (rows is not None and rows <= left)):
             return array.buffer
-        # a write the Tape did not see (another thread, a direct buffer write)
-        raise AutodiffRuleError(
-            f"sp.Tape: the gradient of kernel {kernel_name} needs {name} as it was at its launch, but it "
-            "was changed since by a write the Tape did not record; keep such writes inside the Tape "
-            "(on the recording thread)")
+        if len(parts) == 1 and parts[0][0].own:   # every row this version reads, kept at once
+            return parts[0][0].buffer
+        rt = array._runtime
+        scratch = self.scratch.get((id(array), field))
+        if scratch is None:
+            scratch = self.scratch[(id(array), field)] = [rt.spare_buffers.take(array.buffer.nbytes), None]
+        held = scratch[1]   # (the gradient launched last may have read the same rows of this version)
+        if held is None or held[0] != version or not (held[1] is None or (rows is not None and rows <= held[1])):
+            for kept, met in parts:   # only this version's rows of each copy
+                wanted = met if rows is None else rows if met is None else met & rows
+                if wanted is None or wanted:
+                    kept.fill(array, scratch[0], wanted)
+            from_array = left if rows is None else left & rows
+            if from_array:
+                regions = row_regions(array.storage_shape, _itemsize(array), watch.axis, from_array, 0,
+                                      range(array.storage_shape[watch.axis]))
+                rt.device.copy_regions(array.buffer, scratch[0], regions)
+            scratch[1] = (version, rows)
+        return scratch[0]
 
     def release(self, spare):
-        """Hand the copies to `spare` (a runtime's SparePool), for the next Tape."""
-        spare.give(list({id(b): b for b in self.kept.values()}.values()))
-        self.kept, self.pending = {}, {}
+        """Hand the copies and scratch buffers to `spare` (a runtime's SparePool), for the next Tape."""
+        spare.give(self.arena.release() + [buffer for buffer, _ in self.scratch.values()])
+        self.kept, self.pending, self.scratch, self.broken = {}, {}, {}, set()
+
+
+def _itemsize(array):
+    return array.buffer.nbytes // max(array.size, 1)
+
+
+def _rows_along(axis, array, slices, scalars):
+    """The rows along `axis` of `array` that `slices` names for `scalars` (None: all, or unknown)."""
+    if axis is None or slices is None:
+        return None
+    exprs = slices.get(axis)
+    return None if exprs is None else row_exprs.evaluate(exprs, scalars, array.storage_shape[axis])
+
+
+def _row_of_element(axis, array, element):
+    """{the row along `axis` of element number `element` of `array`}; None (all rows) for a component axis."""
+    if axis is None or axis >= len(array.shape):
+        return None
+    return frozenset({element // math.prod(array.shape[axis + 1:]) % array.shape[axis]})
+
+
+def _best_axis(array, slices, scalars):
+    """The axis along which `slices` names the smallest share of `array` (None: no axis names any)."""
+    best, share = None, 2.0   # (all rows of an axis still beat None: later reads and writes may name fewer)
+    for axis in slices or ():
+        rows = _rows_along(axis, array, slices, scalars)
+        if rows is not None and len(rows) / array.storage_shape[axis] < share:
+            best, share = axis, len(rows) / array.storage_shape[axis]
+    return best
 
 
 class StateView:
-    """An ndarray as a gradient launch binds it: its primal contents from `primal` (a kept copy or the
-    array's own buffer) and, for atomic max/min winners, the contents the launch left from `final`."""
+    """An ndarray as a gradient launch binds it: its primal contents from `primal` (a kept copy, a scratch
+    buffer filled at the kept rows, or the array's own buffer) and, for atomic max/min winners, the contents
+    the launch left from `final`."""
     _spvad_ndarray = True
 
     def __init__(self, array, primal, final):

@@ -19,7 +19,6 @@ from .launch import BoundReplay, Replay, launch
 from .launch.global_names import binds, captured_now, note_rebound
 from .ndarray import Ndarray
 from .pipeline import DUAL, PASSES, PRIMAL, REVERSE, Mode, Target, compile_kernel
-from .rhi.metal.translate import METAL_FEATURES, translate
 from .spirv import tools
 
 
@@ -250,10 +249,9 @@ class Kernel:
         specs, arrays, scalars = self._bind(args)
         ck = self._compiled(specs)
         captured = self.captured_now(ck)
-        if any(t.depth_probe is not None for t in ck.tasks):   # the probe runs without the launch's writes:
-            everything = arrays + captured                      # one it misses under another name...
-            if len({id(a) for a in everything}) < len(everything):
-                ck = self._compiled(specs, Mode("primal", aliased=True))   # ...sizes nothing there
+        if shares_buffers(arrays + captured):   # one buffer under two names: a write to one changes the other
+            ck = self._compiled(specs, ALIASED)   # (and a depth probe, run without the launch's writes, sizes
+                                                  # nothing there)
         scalars = self._fresh_random_key(ck, scalars)   # a Tape's entry keeps it for the gradient
         entry = recorder and recorder.before_launch(self, specs, arrays, captured, scalars, ck)
         if recorder is not None and tape.validating():
@@ -343,8 +341,8 @@ class Kernel:
 
     @staticmethod
     def reverse_mode(everything):
-        """One ndarray bound to two parameters: per-thread gradient updates could race, keep atomics."""
-        return Mode("reverse", aliased=len({id(a) for a in everything}) < len(everything))
+        """One buffer bound twice (shares_buffers): per-thread gradient updates could race, keep atomics."""
+        return ALIASED_REVERSE if shares_buffers(everything) else REVERSE
 
     def fwd(self, *args, **kwargs):
         """Launch the forward-mode derivative: computes the primal outputs and, from the inputs' .dual,
@@ -440,6 +438,7 @@ class Kernel:
     def msl(self, *args, grad=False, **kwargs):
         """Metal Shading Language for these argument types (SPIR-V compiled for Metal's features, translated
         by SPIRV-Cross); one string per task, joined."""
+        from .rhi.metal.translate import METAL_FEATURES, translate   # (not imported on other platforms)
         args = self._positional(args, kwargs) if kwargs else args
         with runtime.LOCK:
             specs, _, _ = self._bind(args)
@@ -451,6 +450,23 @@ class Kernel:
         with runtime.LOCK:
             specs, _, _ = self._bind(args)
             return format_kernel(self._compiled(specs, REVERSE if grad else PRIMAL).ir)
+
+
+ALIASED, ALIASED_REVERSE = Mode("primal", aliased=True), Mode("reverse", aliased=True)
+
+
+def shares_buffers(arrays):
+    """Whether a launch binding `arrays` (and their .grad / .dual) could bind one buffer twice: an ndarray
+    bound to two parameters, or one's .grad or .dual bound as another. Builds for launches that do not
+    (pipeline.Mode.distinct) let a write change only the array it names."""
+    seen = set()
+    for a in arrays:
+        for b in (a, a.grad, a.dual):
+            if b is not None:
+                if id(b) in seen:
+                    return True
+                seen.add(id(b))
+    return False
 
 
 def _with_key(scalars, at, key):

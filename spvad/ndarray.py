@@ -170,13 +170,23 @@ class Ndarray:
         """Zero all of the array, or one element (a flat index; every component of it), on the device in
         launch order, and bump the version: what a Tape's and a FwdMode's gradients start from. With
         `host_write`, the recording Tape (and FwdMode) see it as they see `fill(0)`."""
-        item, width = self._np_dtype.itemsize, max(self.width, 1)
-        first, count = (0, self.size) if element is None else (element * width, width)
         if host_write:
             self._host_write("fill" if element is None else "setitem", element)   # bumps the version
         else:
             self.version += 1
-        self._runtime.device.fill_buffer(self.buffer, first * item, count * item, 0)
+        self._runtime.device.fill_buffers(self._fills(0, element))
+
+    def _fills(self, value, element=None):
+        """The device fills (rows of Device.fill_buffers) setting all scalars, or those of one flat element, to
+        `value`: one fill when the value's 32-bit words are equal (any f32, a zero), else one per word of
+        a single scalar (f64 1.0, a loss's seed)."""
+        item, width = self._np_dtype.itemsize, max(self.width, 1)
+        first, count = (0, self.size) if element is None else (element * width, width)
+        words = [0] if value == 0 else np.asarray(value, self._np_dtype).reshape(1).view(np.uint32).tolist()
+        if len(set(words)) == 1:
+            return [(self.buffer, first * item, count * item, words[0])]
+        assert count == 1, "a value of distinct 32-bit words fills a single scalar"
+        return [(self.buffer, first * item + 4 * k, 4, w) for k, w in enumerate(words)]
 
     def from_numpy(self, arr):
         arr = np.asarray(arr)
@@ -277,6 +287,18 @@ class Ndarray:
     def __dlpack_device__(self):
         from .interop import dlpack
         return dlpack.device(self)
+
+
+def set_on_device(values):
+    """Set every scalar of each (ndarray, value) pair to its value, on the device in launch order as one
+    transfer (nothing waits for queued launches), and bump the versions: a Tape's gradient clears and its
+    seed of loss.grad (a non-zero f64 value for a single-scalar array only)."""
+    fills = []
+    for array, value in values:
+        array.version += 1
+        fills += array._fills(value)
+    if fills:
+        values[0][0]._runtime.device.fill_buffers(fills)
 
 
 def next_serial():

@@ -29,7 +29,6 @@ from .ir.thread_count import build_count_kernel, counts_on_device, header_loads
 from .ir.licm import hoist_loop_invariants
 from .ir.locals import forward_locals
 from .ir.slot_arrays import expand_slot_arrays, expand_small_slot_arrays
-from .rhi.interp.program import lower_for_interp
 from .spirv import tools
 from .spirv.lower import lower_task
 from .spirv.lower_adstack import FUNCTION, stack_shapes
@@ -40,14 +39,21 @@ class Mode:
     """What to compile: the kernel itself (`primal`), its reverse-mode gradient (`reverse`), its
     forward-mode derivative (`dual`), or the primal instrumented to catch overwritten reads (`checked`)."""
     kind: str = "primal"
-    aliased: bool = False         # an ndarray is bound to two parameters: reverse, updates stay atomic;
-                                  # primal, no depth probe sizes in-kernel derivatives' stacks
+    aliased: bool = False         # a buffer is bound twice (kernel.shares_buffers): reverse, updates stay
+                                  # atomic; primal, no depth probe sizes in-kernel derivatives' stacks;
+                                  # both, a write may change any array of its dtype (ir/nodes.may_write)
     alias: Optional[tuple] = None  # checked: alias[k] = the first array sharing array k's buffer
     KINDS: ClassVar[tuple] = ("primal", "reverse", "dual", "checked")
 
     def __post_init__(self):
         if self.kind not in self.KINDS:
             raise SpvadError(f"unknown compile mode {self.kind!r}; expected one of {', '.join(self.KINDS)}")
+
+    @property
+    def distinct(self):
+        """Whether the launches of this build bind a buffer of their own to every array and companion, so a
+        write changes only the array it names (primal and reverse builds are chosen per launch for that)."""
+        return self.kind in ("primal", "reverse") and not self.aliased
 
     @property
     def derivative(self):
@@ -161,8 +167,9 @@ def compile_kernel(fn, specs, mode, target, ad_stack_size=None, name=None):
 # The optimiser's IR passes: name -> (pass before autodiff, pass after it), each Kernel -> Kernel. A primal
 # compile runs only the second form (no derivative follows).
 OPTIMISE = {
-    "locals": (forward_locals, forward_locals),
-    "licm": (hoist_loop_invariants, lambda k: hoist_loop_invariants(k, guard_loads=True)),
+    "locals": (lambda k, distinct: forward_locals(k),) * 2,
+    "licm": (lambda k, distinct: hoist_loop_invariants(k, distinct=distinct),
+             lambda k, distinct: hoist_loop_invariants(k, guard_loads=True, distinct=distinct)),
 }
 # What SPVAD_SKIP_PASSES can leave out (to measure what each buys; part of the cache key): the IR passes,
 # store or recompute (gradient kernels, autodiff/store_or_recompute.py) and four elements per thread for
@@ -170,30 +177,33 @@ OPTIMISE = {
 PASSES = (*OPTIMISE, "store", "coarsen")
 
 
-def optimiser(phase, skip=()):
-    return [passes[phase] for name, passes in OPTIMISE.items() if name not in skip] + [simplify.simplify]
+def optimiser(phase, skip=(), distinct=False):
+    """The optimiser's passes of `phase` (0: before autodiff, 1: after), then simplify; `distinct`: Mode.distinct."""
+    return [functools.partial(passes[phase], distinct=distinct) for name, passes in OPTIMISE.items()
+            if name not in skip] + [functools.partial(simplify.simplify, distinct=distinct)]
 
 
 def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=()):
     """The passes of `mode`, in order; returns (kernel, check plan of a checked build or None)."""
     # in-kernel derivatives (sp.grad & co) first: every later pass, kernel-level autodiff too, sees plain IR;
     # before them, runtime-indexed locals become selects wherever a derivative will be taken
+    distinct = mode.distinct
     steps = [lambda k: expand_derivatives(k, mode.kind == "primal", ad_stack_size, probe=not mode.aliased),
-             simplify.simplify, eliminate_all_loop_exits]
+             functools.partial(simplify.simplify, distinct=distinct), eliminate_all_loop_exits]
     if mode.kind != "primal" or any(isinstance(s, N.Derivative) for t in kernel.tasks for s in N.walk(t.body)):
         steps.insert(0, expand_slot_arrays)
     else:   # small groups run faster as selects (ir/slot_arrays.py)
         steps.insert(0, expand_small_slot_arrays)
     plan = []
     if mode.kind == "reverse":
-        steps += optimiser(0, skip) + [lambda k: reverse_kernel(k, ad_stack_size, not mode.aliased)]
-        steps += optimiser(1, skip)
+        steps += optimiser(0, skip, distinct) + [lambda k: reverse_kernel(k, ad_stack_size, not mode.aliased)]
+        steps += optimiser(1, skip, distinct)
         if "store" not in skip:   # leaves nothing for simplify: it drops what it replaces, reuses what exists
             steps.append(store_or_recompute)
     elif mode.kind == "dual":
         steps += optimiser(0, skip) + [dual_kernel] + optimiser(1, skip)
     elif mode.kind == "primal":   # no derivative follows: the passes' last form at once
-        steps += optimiser(1, skip)
+        steps += optimiser(1, skip, distinct)
         if "store" not in skip:   # adstacks of in-kernel derivatives in reverse mode
             steps.append(store_or_recompute)
     elif mode.kind == "checked":
@@ -268,7 +278,8 @@ class Lowering:
     def __call__(self, homes=None, addressed=frozenset()):
         t = self.target
         local = 1 if self.task.kind == "serial" else t.local_size
-        if t.code == "ir":
+        if t.code == "ir":   # (the interpreter backend's lowering: imported when it is used)
+            from .rhi.interp.program import lower_for_interp
             return lower_for_interp(self.kernel, self.task, local_size=local, homes=homes)
         low = lower_task(self.kernel, self.task, local_size=local, features=dict(t.features), homes=homes,
                          bounds_check=t.bounds_check, coarsen="coarsen" not in t.skip, fast_math=t.fast_math,

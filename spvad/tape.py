@@ -8,15 +8,17 @@ the device (`checkpoints.py`); the gradient then binds the copy. So double buffe
 reused scratch arrays and host writes inside a Tape give the gradients of the program as written.
 """
 import functools
+import weakref
 
 from . import recording, runtime
 from . import types as T
-from .autodiff.array_states import PRE
 from .checkpoints import Checkpoints, StateView
-from .ir import rows
 from .errors import ArgumentError, AutodiffRuleError
-from .ndarray import Ndarray, live_with_grad, next_serial
+from .ndarray import Ndarray, live_with_grad, next_serial, set_on_device
 
+# kernel -> {(compiled kernel, .grad present per array, distinct arrays) -> (specs, compiled gradient, indices
+# of the arguments given a temporary .grad)}: what before_launch works out once, for every Tape after
+PLANS = weakref.WeakKeyDictionary()
 HOST_CALLS = {"fill": "{}.fill(...)", "from_numpy": "{}.from_numpy(...)", "setitem": "{}[...] = value"}
 
 
@@ -58,8 +60,6 @@ class Tape:
         self.names = {}           # id -> how messages name an ndarray ("'x' (kernel step)")
         self.markers = {}         # id -> (ndarray, its read marker) for the access checker (validation)
         self.temporary = []       # arrays given a gradient companion for this Tape only
-        self.plans = {}           # (kernel, compiled kernel, .grad present per array, distinct arrays) ->
-                                  # (specs, compiled gradient): what before_launch works out once
         self.checkpoints = Checkpoints(checkpoint_budget)
 
     @property
@@ -91,40 +91,38 @@ class Tape:
                 self.names.setdefault(id(everything[k]), f"'{names[k]}' (kernel {kernel.name})")
         entry = None
         if not self.inside_custom:   # a replaced function's launches only count for zeroing and writes
-            key = (kernel, ck, tuple(a.grad is not None for a in arrays), len({id(a) for a in everything}))
-            plan = self.plans.get(key)
+            plans = PLANS.get(kernel)
+            if plans is None:
+                plans = PLANS[kernel] = {}
+            key = (ck, tuple(a.grad is not None for a in arrays), len({id(a) for a in everything}))
+            plan = plans.get(key)
             if plan is None:
-                plan = self.plans[key] = self._gradient_of(kernel, specs, arrays, everything)
+                plan = plans[key] = self._gradient_of(kernel, specs, arrays, everything)
             specs, grad_ck, given = plan
             for k in given:   # the plan's temporary .grad companions, for this launch's arrays
                 if arrays[k].grad is None:
                     self._give_temporary_grad(arrays[k])
-            entry = LaunchEntry(kernel, specs, arrays, scalars, everything)
-            for (ai, field), state in grad_ck.facts.grad_reads.items():
-                if state == PRE:
-                    a = everything[ai]
-                    entry.needs[(ai, field)] = a.version
-                    self.checkpoints.need(a, a.version, _rows(grad_ck.facts.read_rows, ai, field, a, scalars))
-                else:
-                    entry.post.append((ai, field, grad_ck))
+            entry = LaunchEntry(kernel, specs, arrays, scalars, everything, grad_ck.facts.reads_after)
+            for ai, field, slices in grad_ck.facts.reads_before:
+                a = everything[ai]
+                entry.needs[(ai, field)] = (a.version, self.checkpoints.need(a, a.version, slices, scalars))
             self.entries.append(entry)
         written = {}   # id -> (array, rows, bumps): an array bound to several parameters is written by each
-        for ai, field in ck.facts.writes:
+        for ai, slices in ck.facts.primal_writes:
             a = everything[ai]
-            if field == "primal" and self.checkpoints.watches(a):
-                rows = _rows(ck.facts.write_rows, ai, field, a, scalars)
-                _, before, bumps = written.get(id(a), (a, frozenset(), 0))
-                written[id(a)] = (a, None if rows is None or before is None else before | rows, bumps + 1)
-        for a, rows, bumps in written.values():
-            self.checkpoints.protect(a, self.names[id(a)], f"the launch of kernel {kernel.name}", rows, bumps)
+            if self.checkpoints.watches(a):
+                _, before, bumps = written.get(id(a), (a, slices, 0))
+                written[id(a)] = (a, slices if before is slices else _merged(before, slices), bumps + 1)
+        for a, slices, bumps in written.values():
+            self.checkpoints.protect(a, self.names[id(a)], f"the launch of kernel {kernel.name}", slices, scalars,
+                                     bumps)
         return entry
 
     def after_launch(self, entry):
         """The contents a launch left, for gradients that read them (atomic max/min winners)."""
-        for ai, field, grad_ck in entry.post:
+        for ai, field, slices in entry.post:
             a = entry.everything[ai]
-            entry.needs[(ai, field)] = a.version
-            self.checkpoints.need(a, a.version, _rows(grad_ck.facts.read_rows, ai, field, a, entry.scalars))
+            entry.needs[(ai, field)] = (a.version, self.checkpoints.need(a, a.version, slices, entry.scalars))
 
     def _gradient_of(self, kernel, specs, arrays, everything):
         """(specs, compiled gradient, indices of the arguments given a temporary .grad) for a launch: every
@@ -160,7 +158,7 @@ class Tape:
                     f"{call} overwrites elements of {self.name_of(array)} that a recorded launch read before "
                     "under this Tape (global data access rule): the Tape keeps a copy so the gradient stays "
                     "right, at the cost of memory; write the new values into another array to avoid it")
-        self.checkpoints.protect(array, self.name_of(array), f"the host write {call}")
+        self.checkpoints.protect(array, self.name_of(array), f"the host write {call}", element=index)
         if array.grad is not None:
             self.entries.append(HostWriteEntry(array, index))
 
@@ -184,17 +182,21 @@ class Tape:
     def backward(self):
         with runtime.LOCK:   # launches, fills and copies of one thread's backward pass stay together
             try:
-                if self.clear_gradients:
-                    for a in self.arrays.values():
-                        if a.grad is not None:
-                            a.grad.zero_on_device()
-                if self.loss is not None:
-                    self.loss.grad.fill(1)
+                self._start_gradients()
+                runtime.get().device.submit()   # the forward runs while the backward is recorded
                 for entry in reversed(self.entries):
                     entry.backward(self)
-                runtime.sync()
+                runtime.sync()   # the only wait: the forward and the backward run as queued
             finally:
                 self._release()
+
+    def _start_gradients(self):
+        """Zero the .grad of every array the launches touched (unless clear_gradients=False) and set
+        loss.grad to 1, queued on the device as one transfer: nothing waits for the forward to finish."""
+        seed = self.loss.grad if self.loss is not None else None
+        values = [(a.grad, 0) for a in self.arrays.values()
+                  if a.grad is not None and a.grad is not seed] if self.clear_gradients else []
+        set_on_device(values + ([(seed, 1)] if seed is not None else []))
 
     def _release(self):
         self.checkpoints.release(runtime.get().spare_buffers)
@@ -207,31 +209,33 @@ def clear_all_gradients():
     """Zero the .grad of every live ndarray created with needs_grad (Taichi's ti.ad.clear_all_gradients), on
     the device in launch order."""
     with runtime.LOCK:
-        for a in live_with_grad():
-            if a.grad is not None:
-                a.grad.zero_on_device()
+        set_on_device([(a.grad, 0) for a in live_with_grad() if a.grad is not None])
 
 
-def _rows(table, ai, field, array, scalars):
-    """The first-axis rows of `array` that an access table of ArrayFacts names for this launch (None: all)."""
-    exprs = table.get((ai, field))
-    return None if exprs is None or not array.storage_shape else rows.evaluate(exprs, scalars,
-                                                                               array.storage_shape[0])
+def _merged(a, b):
+    """The slices (ir/rows.py) two writes of one launch to one array touch together: along the axes both name."""
+    if a is None or b is None:
+        return None
+    return {axis: tuple(sorted(set(a[axis]) | set(b[axis]))) for axis in a if axis in b} or None
 
 
 class LaunchEntry:
-    def __init__(self, kernel, specs, arrays, scalars, everything):
+    __slots__ = ("kernel", "specs", "arrays", "scalars", "everything", "needs", "post")
+
+    def __init__(self, kernel, specs, arrays, scalars, everything, post):
         self.kernel, self.specs, self.arrays, self.scalars = kernel, specs, arrays, scalars
         self.everything = everything   # arrays + captured globals, as kernel.arrays indexes them
-        self.needs = {}                # (array index, field) -> version the gradient reads
-        self.post = []                 # (array index, field) read as the launch left them
+        self.needs = {}                # (array index, field) -> (version, rows along its axis) the gradient reads
+        self.post = post               # (array index, field, rows) read as the launch left them
 
     def backward(self, tape):
         buffers = {}
-        for (ai, field), version in self.needs.items():
+        for (ai, field), (version, rows) in self.needs.items():
             a = self.everything[ai]
-            buffers.setdefault(ai, {})[field] = tape.checkpoints.buffer_of(a, version, tape.name_of(a),
-                                                                           self.kernel.name)
+            if a.version == version:   # unchanged since: the array's own buffer
+                continue
+            buffers.setdefault(ai, {})[field] = tape.checkpoints.buffer_of(a, version, rows, tape.name_of(a),
+                                                                           self.kernel.name, field)
         views = {}
         for ai, fields in buffers.items():
             a = self.everything[ai]
@@ -269,7 +273,7 @@ class CustomEntry:
         device, swaps = runtime.get().device, []
         for a, version in self.needs:
             if a.version != version:
-                kept = tape.checkpoints.buffer_of(a, version, tape.name_of(a), self.fn.fn.__name__)
+                kept = tape.checkpoints.buffer_of(a, version, None, tape.name_of(a), self.fn.fn.__name__)
                 final = device.create_buffer(a.buffer.nbytes)
                 device.copy_buffer(a.buffer, final, a.buffer.nbytes)
                 device.copy_buffer(kept, a.buffer, a.buffer.nbytes)

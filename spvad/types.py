@@ -247,7 +247,7 @@ def python_scalar_dtype(value):
 
 
 INT_RANGE = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1)}   # the values of each integer dtype
-_FLOAT_MAX = {"f32": float(np.finfo(np.float32).max), "f64": float(np.finfo(np.float64).max)}
+FLOAT_MAX = {"f32": float(np.finfo(np.float32).max), "f64": float(np.finfo(np.float64).max)}
 
 
 def fits(value, dtype):
@@ -258,7 +258,7 @@ def fits(value, dtype):
         lo, hi = INT_RANGE[dtype.name]
         return lo <= int(value) <= hi
     v = float(value)
-    return not np.isfinite(v) or abs(v) <= _FLOAT_MAX[dtype.name]
+    return not np.isfinite(v) or abs(v) <= FLOAT_MAX[dtype.name]
 
 
 def numeric_components(value, n):

@@ -30,31 +30,71 @@ def no_validation_messages():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "backends: run the test on the Vulkan device and on the interpreter "
-                            "backend (sp.init(backend='interp')), as parameter `backend`")
+                            "backend (sp.init(backend='interp')), as parameter `backend`; gradient and "
+                            "forward-mode tables (tests/autodiff, fwdmode, tape) also with sp.init(debug=True)")
+
+
+# Derivative kernels touch only what the primal touched: the derivative tables run once more with every access
+# bounds-checked on the device (debug=True), and any out-of-bounds report fails the test at its last sync.
+# (Not those that turn debug on themselves, with a fixture named here.)
+DEBUG_DIRS = ("autodiff", "fwdmode", "tape")
+DEBUG_FIXTURES = ("debug", "debug_on")
 
 
 def pytest_generate_tests(metafunc):
     """Tests marked `backends` run once per backend: the gradient tables hold on the oracle too."""
     if metafunc.definition.get_closest_marker("backends") and "backend" not in metafunc.fixturenames:
         metafunc.fixturenames.append("backend")
-        metafunc.parametrize("backend", ["vulkan", "interp"])
+        debug = os.path.basename(os.path.dirname(str(metafunc.definition.fspath))) in DEBUG_DIRS and \
+            not set(DEBUG_FIXTURES) & set(metafunc.fixturenames)
+        metafunc.parametrize("backend", ["vulkan", "interp"] + (["debug"] if debug else []))
+
+
+# The runtime of each non-default backend, kept from one test to the next: opening and closing a Vulkan
+# device for every test (the debug runtime, and the default one again afterwards) cost more than the tests.
+_KEPT = {}
 
 
 @pytest.fixture(autouse=True)
 def on_backend(request):
-    """A `backends` test's runtime is its backend's (the default runtime is back afterwards)."""
+    """A `backends` test's runtime is its backend's; the default runtime is back afterwards. "debug" is the
+    default backend with sp.init(debug=True). The test's launches are synchronised and its validation
+    messages read at the end, so an error found on the device (an out-of-bounds access) fails it."""
     callspec = getattr(request.node, "callspec", None)
     name = callspec.params.get("backend") if callspec else None
     if name is None or (name == "vulkan" and os.environ.get("SPVAD_BACKEND", "vulkan") == "vulkan"):
         yield
         return
-    sp.init(backend=name)
+    default, rt = runtime.current(), _KEPT.pop(name, None)
+    if rt is None:
+        rt = runtime.Runtime(**({"debug": True} if name == "debug" else {"backend": name}))
+    rt.random_launches = 0   # random numbers as a fresh runtime draws them
+    with runtime.LOCK:
+        runtime._current = rt
+    ok = False
     try:
         yield
-        rt = runtime.current()
-        assert rt is None or rt.backend == name, f"the test replaced the {name} runtime by a {rt.backend} one"
+        now = runtime.current()   # rt, or one the test made (sp.init(backend=..., debug=True)), or None
+        if now is not None:
+            assert now.backend == rt.backend, f"the test replaced the {name} runtime by a {now.backend} one"
+            now.sync()
+            msgs = now.device.validation_messages()
+            assert not msgs, "Vulkan validation messages:\n" + "\n".join(msgs)
+            ok = now is rt
     finally:
-        sp.init()
+        with runtime.LOCK:
+            if runtime.current() is not default:
+                if ok:
+                    _KEPT[name] = rt   # clean: the next test of this backend takes it
+                else:
+                    runtime.reset()    # a failed test's runtime, or one it made, goes
+                runtime._current = default
+
+
+def pytest_sessionfinish(session):
+    for rt in _KEPT.values():
+        rt.close()
+    _KEPT.clear()
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 launch found them (PRE) or as it left them (POST). A Tape keeps (checkpoints) exactly the contents that
 later writes would destroy, and binds them when the gradient runs.
 """
+import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -23,8 +24,24 @@ class ArrayFacts:
     grad_middle: tuple = ()            # gradient kernels: arrays needed as they were mid-launch
     varied_outputs: tuple = ()         # derivative kernels: float arrays without .grad (.dual) fed by inputs
                                        # that have one: the derivative chain would stop there
-    write_rows: dict = field(default_factory=dict)   # (index, field) -> rows a launch writes (ir/rows.py)
-    read_rows: dict = field(default_factory=dict)    # gradient kernels: (index, field) -> rows they read
+    write_rows: dict = field(default_factory=dict)   # (index, field) -> {axis: rows} a launch writes (ir/rows.py)
+    read_rows: dict = field(default_factory=dict)    # gradient kernels: (index, field) -> {axis: rows} they read
+
+    # what a Tape asks at every launch, worked out once
+    @functools.cached_property
+    def primal_writes(self):
+        """((array index, rows it writes), ...) of the user arrays' primal contents a launch can change."""
+        return tuple((ai, self.write_rows.get((ai, f))) for ai, f in self.writes if f == "primal")
+
+    @functools.cached_property
+    def reads_before(self):
+        """((array index, field, rows), ...) a gradient reads as the launch found them (PRE)."""
+        return tuple((ai, f, self.read_rows.get((ai, f))) for (ai, f), s in self.grad_reads.items() if s == PRE)
+
+    @functools.cached_property
+    def reads_after(self):
+        """((array index, field, rows), ...) a gradient reads as the launch left them (POST)."""
+        return tuple((ai, f, self.read_rows.get((ai, f))) for (ai, f), s in self.grad_reads.items() if s == POST)
 
 
 def array_facts(primal, compiled, mode, probes=()):
@@ -41,7 +58,8 @@ def array_facts(primal, compiled, mode, probes=()):
     if mode == "dual":
         return ArrayFacts(writes, varied_outputs=varied, write_rows=write_rows)
     reads, middle = gradient_reads(primal, compiled, probes)
-    return ArrayFacts(writes, reads, tuple(middle), varied, write_rows, accessed_rows(compiled, writes=False))
+    read_rows = accessed_rows(compiled, writes=False, also=[k for _, k in probes])   # probes bind the same views
+    return ArrayFacts(writes, reads, tuple(middle), varied, write_rows, read_rows)
 
 
 def task_writes(kernel):

@@ -12,6 +12,7 @@ one per active local slot.
 from .. import types as T
 from ..ir import nodes as N
 from ..ir.emit import Emitter
+from ..ir.licm import always_starts
 from ..ir.ops import Op
 from .activity import Activity, check_differentiable
 from .adstack import StackSizer
@@ -228,12 +229,8 @@ class Reverser(Emitter):
                 scope = self._load_scope(s)
                 if scope is None:
                     self.add_to_grad(s.array, s.indices, g, m)
-                else:   # sum locally, one atomic add after the construct (not one per iteration)
-                    acc = self.flushes.setdefault(scope, {}).get((s.array, s.indices))
-                    if acc is None:
-                        acc = self.new_sum(s.dtype, f"acc_{s.array.name}", s.loc)
-                        self.flushes[scope][(s.array, s.indices)] = acc
-                    self.emit(N.LocalStore(acc, self.compute(Op.ADD, self.emit(N.LocalLoad(acc)), g)))
+                else:   # sum locally, one atomic add after the loop (not one per iteration)
+                    self.sum_for_flush(scope, s, g)
             elif isinstance(s, N.GlobalStore):
                 idx = tuple(m[i] for i in s.indices)
                 g = self.emit(N.GlobalLoad(s.array, idx, "grad"))
@@ -247,13 +244,12 @@ class Reverser(Emitter):
                 for src, dst in ((s.then_body, new.then_body), (s.else_body, new.else_body)):
                     self.in_block(dst, self.replay_and_reverse, src.stmts, dict(m))
                 self.pop_snapshot(s)
-                self.flush_loads(s, m)
             elif isinstance(s, (N.RangeFor, N.While)):
                 self.rev_loop(s, m)
                 self.flush_loads(s, m)
 
     def _load_scope(self, load):
-        """The outermost construct around `load` that its indices do not depend on, or None."""
+        """The outermost loop around `load` that its indices do not depend on, or None."""
         around = set()
         for i in load.indices:
             p = self.act.parent.get(i)
@@ -264,17 +260,50 @@ class Reverser(Emitter):
         while p is not None:
             chain.append(p)
             p = self.act.parent.get(p)
-        outside = [c for c in chain if c not in around]
+        outside = [c for c in chain if c not in around and isinstance(c, (N.RangeFor, N.While))]
         if not outside:
             return None
         scope = outside[-1]
         # A store/atomic into the same array inside the scope reads that element's .grad in the reverse
         # (e.g. `if k == 0: y[i] = e` then `... y[i] ...` in a loop): its loads must add theirs first.
-        for b in scope.blocks():
-            for t in N.walk(b):
-                if type(t).WRITES_ARRAY and t.array is load.array:
-                    return None
+        for t in N.walk(scope.body):
+            if type(t).WRITES_ARRAY and t.array is load.array:
+                return None
         return scope
+
+    def sum_for_flush(self, scope, load, g):
+        """adjoint of the element `load` reads += g, in a slot added to x.grad once, after the loop `scope`."""
+        key = (load.array, load.indices)
+        flush = self.flushes.setdefault(scope, {}).get(key)
+        if flush is None:
+            guard = self._flush_guard(scope, key)
+            if guard == "flag":
+                guard = self.new_top(N.Alloca(T.u1, f"read_{load.array.name}"), load.loc)
+                self.new_top(N.LocalStore(guard, self.new_top(N.Const(False, T.u1), load.loc)), load.loc)
+            flush = self.flushes[scope][key] = (self.new_sum(load.dtype, f"acc_{load.array.name}", load.loc), guard)
+        acc, guard = flush
+        self.emit(N.LocalStore(acc, self.compute(Op.ADD, self.emit(N.LocalLoad(acc)), g)))
+        if isinstance(guard, N.Alloca):
+            self.emit(N.LocalStore(guard, self.const(True, T.u1)))
+
+    def _flush_guard(self, scope, key):
+        """How the update after the loop `scope` knows that the primal read the element `key`: "always" (every
+        run of the loop reads it), "starts" (every iteration does, and `scope` is a for loop: when it starts),
+        or "flag" (a slot set where a contribution is summed). An element the primal did not read may be out of
+        bounds (`if j >= 0: ... x[j]`, a loop that runs no iteration): the update must not touch it."""
+        best = "flag"
+        for t in N.walk(scope.body):
+            if not (isinstance(t, N.GlobalLoad) and (t.array, t.indices) == key):
+                continue
+            inner, p = t, self.act.parent.get(t)
+            while p is not scope and isinstance(p, (N.RangeFor, N.While)) and inner in p.body.stmts \
+                    and always_starts(p):
+                inner, p = p, self.act.parent.get(p)
+            if p is scope and inner in scope.body.stmts:   # read in every iteration that starts
+                if always_starts(scope):
+                    return "always"
+                best = "starts"
+        return best
 
     def add_to_grad(self, array, indices, g, m):
         """x.grad[idx] += g: atomic, unless every access to x in this task is at the same index, one that
@@ -286,11 +315,24 @@ class Reverser(Emitter):
         else:
             self.emit(N.AtomicRMW(Op.ATOMIC_ADD, array, idx, g, "grad"))
 
-    def flush_loads(self, construct, m):
-        for (array, indices), acc in self.flushes.get(construct, {}).items():
-            g = self.emit(N.LocalLoad(acc))
-            self.emit(N.LocalStore(acc, self.empty_sum(acc.dtype)))
-            self.add_to_grad(array, indices, g, m)
+    def flush_loads(self, loop, m):
+        """Add what the loads in `loop` summed to their elements' .grad, where the primal read them."""
+        for (array, indices), (acc, guard) in self.flushes.get(loop, {}).items():
+            if guard == "always":
+                self.flush(array, indices, acc, m)
+                continue
+            if guard == "starts":
+                cond = self.compute(Op.LT if loop.step > 0 else Op.GT, m[loop.begin], m[loop.end])
+            else:   # the flag: cleared for the loop's next run
+                cond = self.emit(N.LocalLoad(guard))
+                self.emit(N.LocalStore(guard, self.const(False, T.u1)))
+            branch = self.emit(N.If(cond, N.Block(), N.Block()))
+            self.in_block(branch.then_body, self.flush, array, indices, acc, m)
+
+    def flush(self, array, indices, acc, m):
+        g = self.emit(N.LocalLoad(acc))
+        self.emit(N.LocalStore(acc, self.empty_sum(acc.dtype)))
+        self.add_to_grad(array, indices, g, m)
 
     def replay_and_reverse(self, stmts, m):
         self.replay(stmts, m, snap=True)

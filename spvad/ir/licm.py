@@ -1,8 +1,9 @@
 """Loop-invariant code motion: a value a loop computes the same in every iteration is computed once, before it.
 
 Moved: pure computations, loads of local slots the loop never stores, and loads of array elements the loop
-cannot write. Any write in the loop to an array of the same dtype counts as a possible write: two
-parameters may be bound to one ndarray (or to another's .grad), so array identity proves nothing.
+cannot write. Any write in the loop to an array of the same dtype counts as a possible write (two
+parameters may be bound to one ndarray, or to another's .grad), unless the launch binds distinct buffers
+(`distinct`, nodes.may_write): then only writes to that array do.
 
 Only statements at the top level of the body move: after loop_exits they run in every iteration that
 starts (breaks are exit flags, a `while` starts at least once). A `for` may start none: a load moved out of
@@ -20,29 +21,29 @@ from .ops import Op
 _TRAPPING = {Op.FLOORDIV, Op.MOD, Op.CAST, Op.POWI}
 
 
-def hoist_loop_invariants(kernel, guard_loads=False):
+def hoist_loop_invariants(kernel, guard_loads=False, distinct=False):
     """Move loop invariants out of the loops of every task, in place; returns the kernel."""
     for task in kernel.tasks:
-        _hoist_in(task.body, guard_loads)
+        _hoist_in(task.body, guard_loads, distinct)
     return kernel
 
 
-def _hoist_in(block, guard_loads):
+def _hoist_in(block, guard_loads, distinct):
     out = []
     for s in block.stmts:
         for b in s.blocks():
-            _hoist_in(b, guard_loads)
+            _hoist_in(b, guard_loads, distinct)
         if isinstance(s, (N.RangeFor, N.While)):
-            out.extend(_hoist_from(s, guard_loads))
+            out.extend(_hoist_from(s, guard_loads, distinct))
         else:
             out.append(s)
     block.stmts[:] = out
 
 
-def _hoist_from(loop, guard_loads):
+def _hoist_from(loop, guard_loads, distinct):
     """The statements replacing `loop`: its invariants (with the loop's trip condition), then the loop."""
-    starts = _always_starts(loop)
-    moved = _invariants(loop, starts, guard_loads)
+    starts = always_starts(loop)
+    moved = _invariants(loop, starts, guard_loads, distinct)
     if not moved:
         return [loop]
     gone = set(moved)   # in their order in the body: each after its operands
@@ -60,7 +61,7 @@ def _hoist_from(loop, guard_loads):
     return [cond] + moved + [loop]
 
 
-def _always_starts(loop):
+def always_starts(loop):
     """Whether `loop` runs its first iteration whenever it is reached (a `while` does; a `for` with
     constant bounds that are not empty)."""
     if isinstance(loop, N.While):
@@ -70,7 +71,7 @@ def _always_starts(loop):
                                                                   else b.value > e.value)
 
 
-def _invariants(loop, starts, guard_loads):
+def _invariants(loop, starts, guard_loads, distinct):
     """Top-level statements of `loop`'s body that compute the same in every iteration, in body order:
     when the loop may not start, no trapping op, and loads only as `guard_loads` allows."""
     stored_slots, written = set(), set()
@@ -80,17 +81,17 @@ def _invariants(loop, starts, guard_loads):
         elif isinstance(s, N.SlotStore):   # may store into any slot of its group
             stored_slots.update(s.slots)
         elif type(s).WRITES_ARRAY:
-            written.add(s.array.dtype)
+            written.add(N.may_write(s.array, s.field, distinct))
     inside, moved = set(N.walk(loop.body)), {}
     for s in loop.body.stmts:
         safe = starts or not (_traps(s) or (isinstance(s, N.GlobalLoad) and not guard_loads))
-        if safe and _movable(s, loop, stored_slots, written) and all(
+        if safe and _movable(s, loop, stored_slots, written, distinct) and all(
                 a not in inside or a in moved for a in s.operands()):
             moved[s] = True
     return list(moved)
 
 
-def _movable(s, loop, stored_slots, written_dtypes):
+def _movable(s, loop, stored_slots, written, distinct):
     kind = type(s)
     if isinstance(s, N.LoopIndex):
         return s.loop is not loop
@@ -101,7 +102,7 @@ def _movable(s, loop, stored_slots, written_dtypes):
     if isinstance(s, N.LocalLoad):
         return s.slot not in stored_slots
     if isinstance(s, N.GlobalLoad):
-        return s.array.dtype not in written_dtypes
+        return N.may_write(s.array, s.field, distinct) not in written
     return False
 
 

@@ -73,13 +73,17 @@ class Stmt:
         return out
 
     def replace_operands(self, mapping):
-        """Swap operand statements found in `mapping` (old -> new), in place."""
+        """Swap operand statements found in `mapping` (a dict old -> new), in place; a field none of whose
+        operands is in it is left as it is (passes call this on every statement, most often unchanged)."""
+        if not mapping:
+            return
         for name in self.VALUE_FIELDS:
             v = getattr(self, name)
             if isinstance(v, tuple):
-                setattr(self, name, tuple(mapping.get(x, x) for x in v))
-            elif v is not None:
-                setattr(self, name, mapping.get(v, v))
+                if any(x in mapping for x in v):
+                    setattr(self, name, tuple(mapping.get(x, x) for x in v))
+            elif v is not None and v in mapping:
+                setattr(self, name, mapping[v])
 
     def blocks(self):
         return [getattr(self, name) for name in self.BLOCK_FIELDS]
@@ -101,11 +105,30 @@ class Block:
 
 
 def walk(block):
-    """Every statement under `block`, pre-order (a statement before the blocks it owns)."""
-    for s in block.stmts:
-        yield s
-        for b in s.blocks():
-            yield from walk(b)
+    """Every statement under `block`, pre-order (a statement before the blocks it owns). A stack of
+    iterators, not nested generators: passes walk whole kernels many times per compile."""
+    stack = [iter(block.stmts)]
+    while stack:
+        for s in stack[-1]:
+            yield s
+            if s.BLOCK_FIELDS:   # its blocks next, then the statements after it
+                stack.append(_statements_of(s.blocks()))
+                break
+        else:
+            stack.pop()
+
+
+def _statements_of(blocks):
+    for b in blocks:
+        yield from b.stmts
+
+
+def may_write(array, field, distinct):
+    """What a write to `field` of `array` may change, as the optimiser's load forwarding and hoisting see it:
+    with `distinct` (the launch binds its own buffer to every array and companion: pipeline.Mode) only that
+    array's field; else every array of its dtype (one ndarray may be bound to two parameters, or one's .grad
+    passed as another)."""
+    return (array, field) if distinct else array.dtype
 
 
 def clone_stmt(s, mapping):

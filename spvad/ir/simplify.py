@@ -11,11 +11,12 @@ from .ops import Op
 MAX_ROUNDS = 8
 
 
-def simplify(kernel):
-    """Simplify every task of `kernel` in place until nothing changes; returns the kernel."""
+def simplify(kernel, distinct=False):
+    """Simplify every task of `kernel` in place until nothing changes; returns the kernel. `distinct`: a write
+    changes only the array it names (nodes.may_write), so loads of other arrays are forwarded across it."""
     for task in kernel.tasks:
         for _ in range(MAX_ROUNDS):
-            changed = _Rewriter(task).run()
+            changed = _Rewriter(task, distinct).run()
             changed |= eliminate_dead_code(task)
             if not changed:
                 break
@@ -127,8 +128,8 @@ def _identity(s):
 class _Rewriter:
     """One forward walk: fold, apply identities, CSE and fold static ifs, rewriting operands as it goes."""
 
-    def __init__(self, task):
-        self.task = task
+    def __init__(self, task, distinct):
+        self.task, self.distinct = task, distinct
         self.repl = {}      # removed statement -> the dominating value that replaces it
         self.changed = False
 
@@ -173,19 +174,19 @@ class _Rewriter:
                     continue
                 memory[_element(new)] = new
             if type(new).WRITES_ARRAY:
-                _forget(memory, {new.array.dtype})
+                _forget(memory, {N.may_write(new.array, new.field, self.distinct)}, self.distinct)
                 if isinstance(new, N.GlobalStore):
                     memory[_element(new)] = new.value
             if new is not s:
                 self.replace(s, new)
-            if new.blocks():
-                written = _written_in(new) if memory else set()   # nothing known: nothing to forget
+            if new.BLOCK_FIELDS:
+                written = _written_in(new, self.distinct) if memory else set()   # nothing known: nothing to forget
                 for b in new.blocks():   # a loop body also runs after its own later stores
                     inner = dict(memory)
                     if isinstance(new, (N.RangeFor, N.While)):
-                        _forget(inner, written)
+                        _forget(inner, written, self.distinct)
                     self.block(b, dict(scope), inner)
-                _forget(memory, written)
+                _forget(memory, written, self.distinct)
             out.append(new)
         out = _truncate_after_jump(out)
         self.changed |= len(out) != len(block.stmts) or any(x is not y for x, y in zip(out, block.stmts))
@@ -201,15 +202,16 @@ def _element(s):
     return (s.array, s.field, tuple(s.indices))
 
 
-def _written_in(construct):
-    """The dtypes of the arrays `construct` can write."""
-    return {t.array.dtype for b in construct.blocks() for t in N.walk(b) if type(t).WRITES_ARRAY}
+def _written_in(construct, distinct):
+    """What `construct` can write (nodes.may_write of each write)."""
+    return {N.may_write(t.array, t.field, distinct) for b in construct.blocks() for t in N.walk(b)
+            if type(t).WRITES_ARRAY}
 
 
-def _forget(memory, dtypes):
-    """Drop what `memory` knows of arrays of these dtypes: any index may alias, and so may two parameters
-    (one ndarray bound to both, or one's .grad passed as the other), so array identity proves nothing."""
-    for k in [k for k in memory if k[0].dtype in dtypes]:
+def _forget(memory, written, distinct):
+    """Drop what `memory` knows of the elements `written` (nodes.may_write) may have changed: any index of a
+    written array may alias, and unless `distinct`, so may two parameters of one dtype."""
+    for k in [k for k in memory if N.may_write(k[0], k[1], distinct) in written]:
         del memory[k]
 
 
@@ -231,9 +233,11 @@ def eliminate_dead_code(task):
     """Remove unused pure statements, Allocas never loaded (with their stores), and If/RangeFor with empty
     blocks, until nothing changes. Returns whether anything was removed."""
     changed = False
-    while _dce_round(task):
-        changed = True
-    return changed
+    while True:
+        removed, emptied = _dce_round(task)
+        changed |= removed
+        if not emptied:   # what stays live stays so, unless a dropped If or loop left its operands unused
+            return changed
 
 
 def removable(s):
@@ -268,22 +272,25 @@ def live_statements(task, is_removable=removable):
 
 
 def _dce_round(task):
+    """One sweep: (whether anything was removed, whether an emptied If or RangeFor was)."""
     live = live_statements(task)
+    emptied = []
 
     def sweep(block):
         out, removed = [], False
         for s in block.stmts:
-            for b in s.blocks():
-                removed |= sweep(b)
+            if s.BLOCK_FIELDS:
+                for b in s.blocks():
+                    removed |= sweep(b)
             if removable(s) and s not in live:
                 continue
-            if isinstance(s, N.If) and not s.then_body.stmts and not s.else_body.stmts:
-                continue
-            if isinstance(s, N.RangeFor) and not s.body.stmts:
+            if (isinstance(s, N.If) and not s.then_body.stmts and not s.else_body.stmts) or (
+                    isinstance(s, N.RangeFor) and not s.body.stmts):
+                emptied.append(s)
                 continue
             out.append(s)
         removed |= len(out) != len(block.stmts)
         block.stmts[:] = out
         return removed
 
-    return sweep(task.header) | sweep(task.body)
+    return sweep(task.header) | sweep(task.body), bool(emptied)

@@ -35,6 +35,9 @@ class DeviceTask:
         # a thread count read from arrays: its counting launch (device_count.py)
         self.count = DeviceCount(rt, ct) if ct.thread_count is not None else None
         self.refused = set()   # (homes, spec items) whose Function-scope stacks the driver refused
+        # whether a launch leaves something for the next sync (prints, flags, a count): else after_launch is idle
+        self.reports = ct.lowered.print_binding is not None or ct.lowered.flag_binding is not None or \
+            self.count is not None
 
     def release(self):
         """Give back everything (the device defers destruction while recorded launches may use it)."""

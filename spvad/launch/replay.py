@@ -16,7 +16,8 @@ _PLAIN = {int: lambda dt: dt.is_int, float: lambda dt: dt.is_float}   # a plain 
 class Replay:
     """The dispatches of a kernel's last launch. Calling the kernel again with the very same argument
     objects (same ndarrays, same scalar objects) while its global names refer to the same ndarrays repeats
-    them without checking or packing anything again."""
+    them without checking or packing anything again; new scalar values of the same dtypes only repack the
+    push constants. Everything a repeat checks is worked out here once."""
 
     def __init__(self, args, specs, scalars, records, ck, captured):
         self.rt = runtime.current()
@@ -24,9 +25,24 @@ class Replay:
         self.draws_random = random_key_index(ck.ir) is not None   # each launch takes a fresh key (kernel.py)
         # weakly: a name re-bound lets its old ndarray (and the memory the records bind) go
         self.globals = [(site, weakref.ref(obj)) for (_, site, _), obj in zip(ck.captured, captured)]
-        self.args = tuple(weakref.ref(a) if getattr(a, "_spvad_ndarray", False) else a for a in args)
+        self.nargs = len(args)
         self.positions = [k for k, a in enumerate(args) if getattr(a, "_spvad_ndarray", False)]
+        self.refs = [(k, weakref.ref(args[k])) for k in self.positions]
+        # per scalar argument: (position, dtype, the Python type a range check admits, range, the recorded
+        # object); None when an argument is a vector or a sp.template() value (their launches are bound anew)
+        self.scalar_checks = []
+        for k, (a, spec) in enumerate(zip(args, specs)):
+            if k in self.positions:
+                continue
+            if not isinstance(spec, T.DType):
+                self.scalar_checks = None
+                break
+            plain = int if spec.is_int else float if spec.is_float else None
+            lo, hi = T.INT_RANGE[spec.name] if spec.is_int else (-T.FLOAT_MAX.get(spec.name, 0.0),
+                                                                    T.FLOAT_MAX.get(spec.name, 0.0))
+            self.scalar_checks.append((k, spec, plain, lo, hi, a))
         self.specs, self.records = specs, records
+        self.live = [r for r in records if r.recorded is not None]
         self.threads_fixed = all(r.threads_fixed for r in records)   # by the shapes alone
         n = len(self.positions)   # what a launch writes, by argument position / captured object
         self.written_args = [(self.positions[ai], f) for ai, f in ck.facts.writes if ai < n]
@@ -36,26 +52,24 @@ class Replay:
         """Same ndarrays, other scalar values of the same dtypes (e.g. a time-step index): the checked
         scalars (the recorded list itself when every argument is the very object recorded), or None when
         that does not apply."""
-        if len(args) != len(self.args) or self.rt is not runtime.current():
+        checks = self.scalar_checks
+        if checks is None or len(args) != self.nargs or self.rt is not runtime.current():
             return None
+        for k, ref in self.refs:
+            if ref() is not args[k]:
+                return None
         for site, ref in self.globals:   # Python's rule: the arrays the names refer to at this launch
             obj = ref()
             if obj is None or site.get() is not obj:
                 return None
         scalars, same = [], True
-        for (name, ann), a, b, spec in zip(kernel.params, args, self.args, self.specs):
-            if type(b) is weakref.ref:
-                if b() is not a:
+        for k, spec, plain, lo, hi, recorded in checks:
+            a = args[k]
+            if a is not recorded:
+                same = False
+                if (type(a) is not plain or not lo <= a <= hi) and not _admits(kernel, k, spec, a):
                     return None
-                continue
-            same = same and a is b
-            if type(a) in _PLAIN and isinstance(spec, T.DType) and _PLAIN[type(a)](spec) and T.fits(a, spec):
-                scalars.append(a)   # what _scalar_dtype accepts, without its general checks
-            elif not isinstance(spec, T.DType) or not isinstance(a, (int, float, bool, np.generic)) or \
-                    kernel._scalar_dtype(name, ann, a) != spec:
-                return None
-            else:
-                scalars.append(a)
+            scalars.append(a)
         return self.scalars if same else scalars
 
     def same_threads(self, scalars):
@@ -71,16 +85,26 @@ class Replay:
     def run(self, args, scalars):
         """Launch again: the recorded dispatches as they are, or with push constants packed for new scalars."""
         if scalars is self.scalars:
-            for r in self.records:
-                if r.recorded is not None:
-                    r.call(*r.recorded)
+            for r in self.live:
+                r.call(*r.recorded)
+                if r.on_device.reports:
                     r.on_device.after_launch(r.spec)
         else:
-            relaunch(self.records, scalars)
+            relaunch(self.live, scalars)
         for k, field in self.written_args:
-            companion(args[k], field).version += 1
+            a = args[k]
+            (a if field == "primal" else getattr(a, field)).version += 1
         for k, field in self.written_captured:
             companion(self.globals[k][1](), field).version += 1
+
+
+def _admits(kernel, k, spec, a):
+    """Whether scalar argument `a` at position `k` is of dtype `spec` (what Kernel._bind would find), beyond the
+    plain in-range ints and floats Replay.new_scalars admits itself."""
+    if type(a) in _PLAIN and _PLAIN[type(a)](spec) and T.fits(a, spec):
+        return True
+    name, ann = kernel.params[k]
+    return isinstance(a, (int, float, bool, np.generic)) and kernel._scalar_dtype(name, ann, a) == spec
 
 
 class BoundReplay:
@@ -90,19 +114,22 @@ class BoundReplay:
 
     def __init__(self, specs, arrays, records, ck):
         self.rt = runtime.current()
-        self.arrays = [weakref.ref(a) for a in arrays]
         # the recorded dispatches bind these .grad buffers: a Tape's temporary .grad is a new one each time
-        self.grads = [a.grad is not None and weakref.ref(a.grad) for a in arrays]
-        self.dtypes = _scalar_dtypes(specs)
-        self.records, self.ck = records, ck
+        self.bound = [(weakref.ref(a), a.grad is not None and weakref.ref(a.grad)) for a in arrays]
+        self.specs, self.dtypes = specs, _scalar_dtypes(specs)
+        self.records, self.live, self.ck = records, [r for r in records if r.recorded is not None], ck
+        self.threads_fixed = all(r.threads_fixed for r in records)
 
     def rerun(self, specs, arrays, scalars):
-        if self.rt is not runtime.current() or self.dtypes is None or len(arrays) != len(self.arrays) or any(
-                r() is not a or (g() is not a.grad if g else a.grad is not None)
-                for r, g, a in zip(self.arrays, self.grads, arrays)) or \
-                _scalar_dtypes(specs) != self.dtypes or not same_threads(self.records, scalars):
+        if self.rt is not runtime.current() or self.dtypes is None or len(arrays) != len(self.bound):
             return False
-        relaunch(self.records, scalars)
+        for (ref, grad), a in zip(self.bound, arrays):
+            if ref() is not a or (grad() if grad else None) is not a.grad:
+                return False
+        if (specs is not self.specs and _scalar_dtypes(specs) != self.dtypes) or \
+                not (self.threads_fixed or same_threads(self.records, scalars)):
+            return False
+        relaunch(self.live, scalars)
         bump_versions(self.ck.facts.writes, arrays)
         return True
 
@@ -140,4 +167,5 @@ def relaunch(records, scalars):
             continue
         pipeline, buffers, _, *groups = r.recorded   # groups: (x, y, z), or an indirect (buffer, offset)
         r.call(pipeline, buffers, r.push(scalars), *groups)
-        r.on_device.after_launch(r.spec)
+        if r.on_device.reports:
+            r.on_device.after_launch(r.spec)

@@ -20,6 +20,8 @@ kernel (the device stays usable). Backends are imported lazily: importing ``spva
 """
 from abc import ABC, abstractmethod
 
+import numpy as np
+
 from ..errors import DeviceError
 
 
@@ -63,6 +65,30 @@ def check_transfer(nbytes, offset, *buffers):
             raise DeviceError("transfer with a released buffer")
         if offset + nbytes > b.nbytes:
             raise DeviceError(f"transfer of {nbytes} bytes at offset {offset} past the end of {b!r}")
+
+
+def check_regions(src, dst, regions):
+    """check_transfer for copy_regions: (n, 3) uint64 rows of (offset in src, offset in dst, bytes), whole
+    words, inside both buffers. Returns the non-empty regions as a C-ordered uint64 array."""
+    regions = np.ascontiguousarray(regions, np.uint64).reshape(-1, 3)
+    if src.released or dst.released:
+        raise DeviceError("transfer with a released buffer")
+    if len(regions) <= 8:   # (the usual few rows: Python's integers are quicker than numpy's reductions)
+        bits, src_end, dst_end, empty = 0, 0, 0, False
+        for at, to, n in regions.tolist():
+            bits |= at | to | n
+            src_end, dst_end, empty = max(src_end, at + n), max(dst_end, to + n), empty or not n
+        words, ends = not bits & 3, (src_end, dst_end)
+    else:
+        words = not (regions % 4).any()
+        ends = (int((regions[:, 0] + regions[:, 2]).max()), int((regions[:, 1] + regions[:, 2]).max()))
+        empty = not regions[:, 2].all()
+    if not words:
+        raise DeviceError("transfers take whole 32-bit words: a region's offset or size is not a multiple of 4")
+    for end, b in zip(ends, (src, dst)):
+        if end > b.nbytes:
+            raise DeviceError(f"copy region past the end of {b!r}")
+    return regions[regions[:, 2] > 0] if empty else regions   # (Vulkan refuses empty regions)
 
 
 class Pipeline(ABC):
@@ -132,9 +158,25 @@ class Device(ABC):
         with the launches around it like a launch. Asynchronous: runs at the next ``sync``."""
 
     @abstractmethod
+    def copy_regions(self, src, dst, regions):
+        """Record copies of byte ranges of ``src`` into ``dst`` (distinct buffers), ordered like one launch:
+        ``regions`` is an (n, 3) array of (offset in src, offset in dst, bytes), all multiples of 4, the
+        ranges in ``dst`` not overlapping (see check_regions). Asynchronous: runs at the next ``sync``."""
+
+    @abstractmethod
     def fill_buffer(self, buf, offset, nbytes, word):
         """Record writing the 32-bit ``word`` over ``nbytes`` bytes of ``buf`` from ``offset`` (both
         multiples of 4), ordered like a launch. Asynchronous: runs at the next ``sync``."""
+
+    def fill_buffers(self, fills):
+        """``fill_buffer`` for each (buf, offset, nbytes, word) of ``fills``, ordered together like one launch
+        (the fills must not overlap): a Tape's gradient clears and seed. Backends may record them at once."""
+        for buf, offset, nbytes, word in fills:
+            self.fill_buffer(buf, offset, nbytes, word)
+
+    def submit(self):
+        """Start running what is recorded, without waiting (a hint: a Tape's forward runs while its backward
+        is recorded). Backends that record batches override it."""
 
     @abstractmethod
     def sync(self):

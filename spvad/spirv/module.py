@@ -6,7 +6,7 @@ import struct
 import sys
 
 from .spec import (HAS_RESULT, HAS_RESULT_TYPE, MAGIC, AddressingModel, Capability, Decoration,
-                   FunctionControl, MemoryModel, Op, StorageClass)
+                   FunctionControl, MemoryModel, Op, StorageClass, name_of)
 
 # Scalar widths other than 32 need a capability; the builder declares it when it makes the type.
 WIDTH_CAPABILITY = {("int", 8): Capability.Int8, ("int", 16): Capability.Int16, ("int", 64): Capability.Int64,
@@ -31,15 +31,17 @@ def encode_operands(operands):
     """Ints become one word (negatives in two's complement), strings literal strings; lists are spliced."""
     words = []
     for op in operands:
-        if isinstance(op, str):
-            words += literal_string(op)
-        elif isinstance(op, (list, tuple)):
-            words += encode_operands(op)
-        else:
+        if type(op) is not int:   # (plain ints, ids and enum values, are most operands)
+            if isinstance(op, str):
+                words += literal_string(op)
+                continue
+            if isinstance(op, (list, tuple)):
+                words += encode_operands(op)
+                continue
             op = int(op)
-            if not -(1 << 31) <= op < (1 << 32):
-                raise ValueError(f"operand {op} does not fit in one 32-bit word")
-            words.append(op & 0xFFFFFFFF)
+        if not -(1 << 31) <= op < (1 << 32):
+            raise ValueError(f"operand {op} does not fit in one 32-bit word")
+        words.append(op & 0xFFFFFFFF)
     return words
 
 
@@ -47,7 +49,7 @@ def instruction(opcode, *operands):
     """Words of one instruction: (word count << 16 | opcode) then the operands."""
     words = encode_operands(operands)
     if len(words) + 1 > 0xFFFF:
-        raise ValueError(f"{Op(opcode).name} has too many operand words ({len(words)})")
+        raise ValueError(f"{name_of(Op, opcode)} has too many operand words ({len(words)})")
     return [((len(words) + 1) << 16) | int(opcode)] + words
 
 
@@ -187,7 +189,7 @@ class Module:
         return self._type(("struct", members), Op.OpTypeStruct, list(members), unique=unique)
 
     def type_pointer(self, storage_class, pointee):
-        return self._type(("pointer", StorageClass(storage_class), pointee), Op.OpTypePointer,
+        return self._type(("pointer", int(storage_class), pointee), Op.OpTypePointer,
                           storage_class, pointee)
 
     def type_function(self, ret, params=()):
@@ -324,7 +326,7 @@ class FunctionBuilder:
     def emit(self, opcode, result_type, *operands, result_id=None):
         """Instruction with a result type and result id; returns the id (or uses `result_id`)."""
         if opcode not in HAS_RESULT_TYPE:
-            raise ValueError(f"{Op(opcode).name} has no result type: use emit_void")
+            raise ValueError(f"{name_of(Op, opcode)} has no result type: use emit_void")
         rid = self.module.new_id() if result_id is None else result_id
         self._append(opcode, instruction(opcode, result_type, rid, *operands))
         if self.module.exact_float and opcode in FLOAT_ARITHMETIC:
@@ -334,7 +336,7 @@ class FunctionBuilder:
     def emit_void(self, opcode, *operands):
         """Instruction without a result (OpStore, OpBranch, OpReturn, OpLoopMerge, barriers...)."""
         if opcode in HAS_RESULT:
-            raise ValueError(f"{Op(opcode).name} defines a result: use emit")
+            raise ValueError(f"{name_of(Op, opcode)} defines a result: use emit")
         self._append(opcode, instruction(opcode, *operands))
 
     def ext_inst(self, result_type, set_id, inst, *args):
@@ -342,7 +344,7 @@ class FunctionBuilder:
 
     def _append(self, opcode, words):
         if not self.in_block:
-            raise ValueError(f"{Op(opcode).name} emitted outside a block: call begin_block first")
+            raise ValueError(f"{name_of(Op, opcode)} emitted outside a block: call begin_block first")
         self._body += words
         if opcode in TERMINATORS:
             self.in_block = False

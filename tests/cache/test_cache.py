@@ -1,6 +1,8 @@
 """The on-disk compile cache: a fresh specialisation is loaded instead of compiled, and anything that
-changes the kernel (its code, a constant it reads, its argument types) misses the cache."""
+changes the kernel (its code, a constant it reads, its argument types) or spvad's own sources misses it."""
+import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -77,3 +79,48 @@ def test_a_corrupt_entry_is_recompiled(rng, tmp_path, monkeypatch):
         entry.write_bytes(b"not a pickle")
     scaled._cache.clear()
     np.testing.assert_allclose(run(x), x * 2.0 + 1.0, rtol=1e-6)
+
+
+def _sources(root):
+    (root / "sub").mkdir()
+    (root / "a.py").write_text("A = 1\n")
+    (root / "sub" / "b.py").write_text("B = 2\n")
+    (root / "notes.txt").write_text("not a source\n")
+    return root / "sub" / "b.py"
+
+
+def _rewrite_keeping_size_and_mtime(path, text):
+    st = path.stat()
+    path.write_text(text)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+
+
+def test_a_same_size_edit_with_its_mtime_put_back_changes_the_source_hash(tmp_path):
+    """spvad's source hash (part of every key) is taken from file stats once no file changed in the last
+    seconds: the ctime, which every write sets and nothing sets back, still tells an edit apart."""
+    b = _sources(tmp_path)
+    time.sleep(0.05)   # past the file system's timestamp tick
+    before = cache.source_hash(tmp_path, racy_s=0)
+    assert cache.source_hash(tmp_path, racy_s=0) == before                  # nothing changed: same key
+    time.sleep(0.05)
+    _rewrite_keeping_size_and_mtime(b, "B = 3\n")
+    assert cache.source_hash(tmp_path, racy_s=0) != before
+    (tmp_path / "notes.txt").write_text("other notes\n")                    # not a source: no change
+    stats = cache.source_hash(tmp_path, racy_s=0)
+    assert cache.source_hash(tmp_path, racy_s=0) == stats
+    (tmp_path / "sub" / "c.py").write_text("")                              # a new source: a new key
+    assert cache.source_hash(tmp_path, racy_s=0) != stats
+
+
+def test_a_tree_written_within_the_racy_window_is_hashed_by_contents(tmp_path):
+    """A rewrite within one tick of the clock can leave every stat as it was: files written in the last
+    seconds are read instead, so even such an edit changes the hash."""
+    b = _sources(tmp_path)
+    before = cache.source_hash(tmp_path, racy_s=3600)
+    _rewrite_keeping_size_and_mtime(b, "B = 4\n")
+    after = cache.source_hash(tmp_path, racy_s=3600)
+    assert after != before
+    _rewrite_keeping_size_and_mtime(b, "B = 2\n")
+    assert cache.source_hash(tmp_path, racy_s=3600) == before                # the contents decide
+

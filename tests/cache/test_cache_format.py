@@ -87,6 +87,11 @@ def doc(classes, objects, root, order=None):
     doc(["os.system"], [], ["e", 0, "x"]),
     doc(["posix.system"], [], None),
     doc(["spvad.ir.ops.Op"], [["o", 0, {}]], ["r", 0]),               # an enum is no object entry
+    doc(["spvad.ir.nodes.walk"], [["o", 0, {}]], ["r", 0]),           # a whitelisted module's function,
+    doc(["spvad.ir.nodes.Optional"], [["o", 0, {}]], ["r", 0]),       # a name it imports,
+    doc(["spvad.ir.nodes.copy"], [["o", 0, {}]], ["r", 0]),           # a module it imports,
+    doc(["spvad.ir.nodes.Stmt.operands"], [["o", 0, {}]], ["r", 0]),  # an attribute of a class in it
+    doc([["spvad.ir.nodes.Block"]], [["o", 0, {}]], ["r", 0]),        # not a name
     doc(["spvad.ir.nodes.Alloca"], [["o", 0, {"dtype": {"a": 1}}]], ["r", 0]),   # a raw JSON object as value
     doc([], [["l", []]], ["r", 5]),                                    # a reference out of range
     doc([], [["l", []]], ["r", -1]),

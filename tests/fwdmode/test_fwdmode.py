@@ -5,6 +5,8 @@ import pytest
 
 import spvad as sp
 
+pytestmark = pytest.mark.backends   # Vulkan, the interpreter, and Vulkan with debug=True
+
 N = 12
 
 

@@ -167,6 +167,23 @@ def test_fold_static_ifs_alone_and_code_after_break(kb):
     assert xs.tolist() == [2, 2, 2]
 
 
+def test_dce_drops_what_only_an_emptied_if_or_loop_read(kb):
+    """An If or RangeFor whose blocks hold only dead code goes, and then so do its condition and bounds
+    (another round: they were live while it stood)."""
+    x = kb.array("x")
+    i = kb.parallel(x)
+    v = kb.load(x, i)
+    with kb.if_(kb.op(Op.GT, v, kb.const(0.5))):
+        kb.op(Op.SIN, v)                                          # dead
+    with kb.range_for(kb.const(0), kb.op(Op.ADD, i, kb.const(3))) as k:
+        kb.op(Op.ADD, k, k)                                       # dead
+    kb.store(x, i, kb.const(1.0))
+    assert eliminate_dead_code(kb.kernel.tasks[0])
+    kinds = [type(s) for s in N.walk(kb.kernel.tasks[0].body)]
+    assert N.If not in kinds and N.RangeFor not in kinds and N.GlobalLoad not in kinds and N.Compute not in kinds
+    assert not eliminate_dead_code(kb.kernel.tasks[0])           # nothing left to remove
+
+
 def test_dce_keeps_side_effects_and_header_roots(kb):
     x = kb.array("x", T.i32)
     n = kb.scalar("n")

@@ -59,6 +59,11 @@ def test_device_contract():
     dev.sync()
     assert b.view(np.float32).tolist() == [1, 2, 3, 4]
     assert a.view(np.float32).tolist() == [1, 1, 1, 4]
+    dev.copy_regions(b, a, np.array([[12, 0, 4], [0, 8, 8]], np.uint64))   # (from, to, bytes)
+    dev.sync()
+    assert a.view(np.float32).tolist() == [4, 1, 1, 2]
+    with pytest.raises(sp.DeviceError, match="past the end"):
+        dev.copy_regions(a, b, np.array([[8, 12, 8]], np.uint64))
     a.release()
     assert a.released
     with pytest.raises(sp.DeviceError):

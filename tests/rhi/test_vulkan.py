@@ -235,6 +235,28 @@ def test_many_launches_then_one_sync(dev):
     np.testing.assert_array_equal(Y.view(np.float32), np.full(n, 11.0, np.float32))
 
 
+def test_launches_reach_an_idle_device_without_a_sync(dev):
+    """An idle device gets the launches recorded so far every 16 launches (it works while Python records the
+    next ones); a busy one gets them later in one batch. Values as with one sync at the end, transfers between."""
+    n = 256
+    X, Y = upload(dev, np.zeros(n, np.float32)), dev.create_buffer(4 * n)
+    one = upload(dev, np.ones(n, np.float32))
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    pc = struct.pack("<I", n)
+    dev.sync()
+    for i in range(16):
+        src, dst = (X, Y) if i % 2 == 0 else (Y, X)
+        dev.launch(pipe, [src, one, dst], pc, groups_for(n))
+    assert dev._cmd is None and dev._inflight, "16 launches for an idle device stayed unsubmitted"
+    for i in range(16, 100):
+        src, dst = (X, Y) if i % 2 == 0 else (Y, X)
+        if i == 50:
+            dev.fill_buffer(src, 0, 4 * n, np.float32(i).view(np.uint32))   # a transfer among them
+        dev.launch(pipe, [src, one, dst], pc, groups_for(n))
+    dev.sync()
+    np.testing.assert_array_equal(X.view(np.float32), np.full(n, 100, np.float32))
+
+
 def test_spec_constants_change_behaviour(dev):
     n = 300
     a, b = np.linspace(-1, 1, n, dtype=np.float32), np.linspace(2, 3, n, dtype=np.float32)
@@ -425,6 +447,32 @@ def test_copy_and_fill_are_ordered_with_launches(dev):
     expect = a + b
     expect[2:4] = -1.5
     np.testing.assert_array_equal(D.view(np.float32), expect)
+
+
+def test_copy_regions_between_launches(dev):
+    """launch (C = A + B) -> copy three regions of C into D -> launch (C = A + D): each sees the one before."""
+    n = 256
+    rng = np.random.default_rng(8)
+    a, b = rng.uniform(1, 2, n).astype(np.float32), rng.uniform(1, 2, n).astype(np.float32)
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    A, B, C, D = upload(dev, a), upload(dev, b), dev.create_buffer(4 * n), upload(dev, np.zeros(n, np.float32))
+    regions = np.array([[0, 40, 12], [100, 0, 8], [400, 800, 200]], np.uint64)   # bytes: 3, 2 and 50 floats
+    dev.launch(pipe, [A, B, C], struct.pack("<I", n), groups_for(n))
+    dev.copy_regions(C, D, regions)
+    dev.launch(pipe, [A, D, C], struct.pack("<I", n), groups_for(n))
+    dev.sync()
+    d = np.zeros(n, np.float32)
+    for at, to, size in regions // 4:
+        d[to:to + size] = (a + b)[at:at + size]
+    np.testing.assert_array_equal(D.view(np.float32), d)
+    np.testing.assert_array_equal(C.view(np.float32), a + d)
+
+
+@pytest.mark.parametrize("regions", [[[2, 0, 4]], [[0, 0, 6]], [[0, 62, 4]], [[60, 0, 8]]],
+                         ids=["odd-offset", "odd-size", "past-dst", "past-src"])
+def test_bad_copy_regions_are_refused(dev, regions):
+    with pytest.raises(DeviceError, match="words|past the end"):
+        dev.copy_regions(dev.create_buffer(64), dev.create_buffer(64), np.array(regions, np.uint64))
 
 
 @pytest.mark.parametrize("call", [lambda d, x: d.copy_buffer(x, x, 6), lambda d, x: d.fill_buffer(x, 2, 4, 0),

@@ -55,7 +55,7 @@ def two_partials(x: sp.Array, y: sp.Array, n: sp.i32):
         y[i] = v
 
 
-def test_an_overflowing_twin_still_raises():
+def test_an_overflowing_twin_still_raises(fresh):   # its sp.init(ad_stack_size=4) goes afterwards
     sp.init(ad_stack_size=4)
     x = sp.from_numpy(np.linspace(0.5, 1.5, 8).astype(np.float32), needs_grad=True)
     y = sp.ndarray(sp.f32, (8,), needs_grad=True)

@@ -7,6 +7,8 @@ import pytest
 
 import spvad as sp
 
+pytestmark = pytest.mark.backends   # Vulkan, the interpreter, and Vulkan with debug=True
+
 N = 6            # elements per buffer
 POOL = 4         # buffers
 PROGRAMS = 200   # random programs checked

@@ -8,7 +8,7 @@ import numpy as np
 from ... import types as T
 from ...errors import DeviceError
 from ...ir.interp import InterpError, run_task
-from ..base import Buffer, Device, Pipeline, check_transfer
+from ..base import Buffer, Device, Pipeline, check_regions, check_transfer
 
 INFO = {
     "backend": "interp", "name": "spvad IR interpreter", "driver": "spvad", "device_type": "cpu",
@@ -96,6 +96,15 @@ class InterpDevice(Device):
         check_transfer(nbytes, 0, src, dst)
         s, d = src._data, dst._data
         self._queue.append(lambda: d.__setitem__(slice(0, nbytes), s[:nbytes]))
+
+    def copy_regions(self, src, dst, regions):
+        regions = check_regions(src, dst, regions).astype(np.int64)
+        s, d = src._data, dst._data
+
+        def run():
+            for at, to, n in regions:
+                d[to: to + n] = s[at: at + n]
+        self._queue.append(run)
 
     def fill_buffer(self, buf, offset, nbytes, word):
         check_transfer(nbytes, offset, buf)

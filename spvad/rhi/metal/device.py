@@ -8,7 +8,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from ...errors import DeviceError
-from ..base import Buffer, Device, check_transfer
+from ..base import Buffer, Device, check_regions, check_transfer
 from .program import ProgramMixin, error_text
 from .translate import METAL_FEATURES, MSL_VERSION
 
@@ -190,6 +190,13 @@ class MetalDevice(ProgramMixin, Device):
             self._blit(lambda b: b.copyFromBuffer_sourceOffset_toBuffer_destinationOffset_size_(
                 src._mtl, 0, dst._mtl, 0, nbytes))
 
+    def copy_regions(self, src, dst, regions):
+        """See base.Device.copy_regions: one blit per region, in one command buffer."""
+        regions = check_regions(src, dst, regions).tolist()
+        if regions:
+            self._blit(lambda b: [b.copyFromBuffer_sourceOffset_toBuffer_destinationOffset_size_(
+                src._mtl, at, dst._mtl, to, n) for at, to, n in regions])
+
     def fill_buffer(self, buf, offset, nbytes, word):
         """See base.Device.fill_buffer. A blit fills bytes; other words are copied from a staging buffer."""
         check_transfer(nbytes, offset, buf)
@@ -204,6 +211,12 @@ class MetalDevice(ProgramMixin, Device):
         self._blit(lambda b: b.copyFromBuffer_sourceOffset_toBuffer_destinationOffset_size_(
             staging._mtl, 0, buf._mtl, offset, nbytes))
         staging.release()   # the command buffer retains the MTLBuffer
+
+    def submit(self):
+        """See base.Device.submit: commit the open command buffer."""
+        with self._pool():
+            if self._enc is not None:
+                self._flush()
 
     def sync(self):
         self._check_open()

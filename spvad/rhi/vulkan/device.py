@@ -2,10 +2,10 @@
 
 Pipelines, descriptor sets, command-buffer recording and `launch` live in program.py (`ProgramMixin`);
 every workaround for the `vulkan` package lives in vkapi.py. Execution model: launches are recorded
-into a command buffer; `sync()` submits it and waits on fences. Every `flush_every` launches the batch
-is submitted early (without waiting) into a small ring of command buffers, so the device can start
-while Python records. Objects released while recorded work may still use them are destroyed after
-the next sync.
+into a command buffer; `sync()` submits it and waits on fences. The batch is submitted early (without
+waiting) into a small ring of command buffers when the device has finished what it was given (looked at
+every 16 launches) or after `flush_every` launches, so the device works while Python records. Objects
+released while recorded work may still use them are destroyed after the next sync.
 """
 import os
 import time
@@ -333,6 +333,21 @@ class VulkanDevice(BufferMixin, ProgramMixin, Device):
     def busy(self):
         """Whether submitted launches are still running (does not wait)."""
         return any(lib.vkGetFenceStatus(self._device, f.fence) == VK_NOT_READY for f in self._inflight)
+
+    def _idle(self):
+        """Whether the device finished every submitted batch (retiring them): the launches recorded since are
+        then submitted at once (program.py), so the device works while Python records the next ones, and a
+        device that is still busy gets them in one larger batch later."""
+        if self.busy():
+            return False
+        if self._inflight:
+            self._wait(list(self._inflight))   # all signalled: returns at once
+        return True
+
+    def submit(self):
+        """See base.Device.submit."""
+        if self._cmd is not None:
+            self._flush()
 
     def sync(self):
         self._check_open()

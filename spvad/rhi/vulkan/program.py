@@ -14,7 +14,7 @@ bind the same buffers, e.g. a forward kernel and its gradient kernel.
 import struct
 
 from ...errors import DeviceError, PipelineCreationError
-from ..base import Pipeline, check_transfer
+from ..base import Pipeline, check_regions, check_transfer
 from .vkapi import NULL, VK_ERRORS, WHOLE_SIZE, call, check, ffi, lib, result_of, vk, void_ptr
 
 BIND_COMPUTE = lib.VK_PIPELINE_BIND_POINT_COMPUTE
@@ -28,6 +28,7 @@ ANY_ACCESS = TRANSFER_ACCESS | lib.VK_ACCESS_SHADER_READ_BIT | lib.VK_ACCESS_SHA
 STORAGE_BUFFER = lib.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
 SPIRV_MAGIC = 0x07230203
 MAX_IN_FLIGHT = 3              # early-submitted batches before recording waits for the oldest
+IDLE_CHECK_EVERY = 16          # launches between looks at whether the device finished what it was given
 SETS_PER_POOL = 256            # a new pool is added when these run out (pools grow, never fail)
 DESCRIPTORS_PER_POOL = 1024
 
@@ -101,7 +102,7 @@ class ProgramMixin:
     """Pipeline creation, descriptor sets and `launch` for VulkanDevice.
 
     Expects from the device: `_device`, `_queue`, `_cmd_pool`, `_collector`, `_pipeline_cache`,
-    `_limits_groups`, `info`, `flush_every`, `_check_open()`, `_wait(frames)`, `_retire(fn)`, the
+    `_limits_groups`, `info`, `flush_every`, `_check_open()`, `_wait(frames)`, `_idle()`, `_retire(fn)`, the
     command state (`_cmd`, `_frame`, `_recorded`, `_frames`, `_free_frames`, `_inflight`),
     `_pipelines` (set), and the state set up by `_init_programs()`."""
 
@@ -400,9 +401,8 @@ class ProgramMixin:
         lib.vkCmdPipelineBarrier(cmd, PIPE_COMPUTE, PIPE_COMPUTE, 0, 1, self._mb_c2c_ptr,
                                  0, NULL, 0, NULL)
         self._recorded += 1
-        if self._recorded >= self.flush_every:
+        if self._recorded >= self.flush_every or (not self._recorded % IDLE_CHECK_EVERY and self._idle()):
             self._flush()
-
 
     # -- transfers (the Tape's checkpoints and gradient clears) ----------------------------------------
     def _transfer(self, record):
@@ -413,7 +413,7 @@ class ProgramMixin:
         record(cmd)
         lib.vkCmdPipelineBarrier(cmd, PIPE_TRANSFER, stages, 0, 1, self._mb_from_transfer_ptr, 0, NULL, 0, NULL)
         self._recorded += 1
-        if self._recorded >= self.flush_every:
+        if self._recorded >= self.flush_every or (not self._recorded % IDLE_CHECK_EVERY and self._idle()):
             self._flush()
 
     def copy_buffer(self, src, dst, nbytes):
@@ -428,18 +428,39 @@ class ProgramMixin:
             return
         self._transfer(lambda cmd: _copy_segments(cmd, region, src, dst, nbytes))
 
+    def copy_regions(self, src, dst, regions):
+        """See base.Device.copy_regions: one vkCmdCopyBuffer with every region (VkBufferCopy is three
+        VkDeviceSize, the layout of the regions' rows), or region by region into an addressed buffer's blocks."""
+        regions = check_regions(src, dst, regions)
+        if not len(regions):
+            return
+        if not (src.addressed or dst.addressed):
+            copies = ffi.from_buffer("VkBufferCopy[]", regions)   # read when the command is recorded
+            self._transfer(lambda cmd: lib.vkCmdCopyBuffer(cmd, src._handle, dst._handle, len(regions), copies))
+            return
+        self._transfer(lambda cmd: [_copy_segments(cmd, self._copy_region, src, dst, int(n), int(at), int(to))
+                                    for at, to, n in regions])
+
     def fill_buffer(self, buf, offset, nbytes, word):
         """See base.Device.fill_buffer (vkCmdFillBuffer)."""
-        check_transfer(nbytes, offset, buf)
-        if nbytes:
-            parts = buf.segments(offset, nbytes)   # one per memory block of an addressed buffer
-            self._transfer(lambda cmd: [lib.vkCmdFillBuffer(cmd, h, at, n, word & 0xFFFFFFFF) for h, at, n in parts])
+        self.fill_buffers(((buf, offset, nbytes, word),))
+
+    def fill_buffers(self, fills):
+        """See base.Device.fill_buffers: every vkCmdFillBuffer between one pair of barriers."""
+        parts = []
+        for buf, offset, nbytes, word in fills:
+            check_transfer(nbytes, offset, buf)
+            if nbytes:   # one part per memory block of an addressed buffer
+                parts += [(h, at, n, word & 0xFFFFFFFF) for h, at, n in buf.segments(offset, nbytes)]
+        if parts:
+            self._transfer(lambda cmd: [lib.vkCmdFillBuffer(cmd, *part) for part in parts])
 
 
-def _copy_segments(cmd, region, src, dst, nbytes):
-    """Copy the first `nbytes` bytes of `src` into `dst` piece by piece where either is in several memory blocks."""
-    done = 0
-    for s_handle, s_at, s_len in src.segments(0, nbytes):
+def _copy_segments(cmd, region, src, dst, nbytes, at=0, to=0):
+    """Copy `nbytes` bytes of `src` from `at` into `dst` from `to`, piece by piece where either is in several
+    memory blocks."""
+    done = to
+    for s_handle, s_at, s_len in src.segments(at, nbytes):
         for d_handle, d_at, d_len in dst.segments(done, s_len):
             region.srcOffset, region.dstOffset, region.size = s_at, d_at, d_len
             lib.vkCmdCopyBuffer(cmd, s_handle, d_handle, 1, region)
