@@ -263,7 +263,7 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         if not fresh_ok:
             self.error(f"cannot assign to '{name}' (a loop index or kernel argument)")
         v = self.typed(value)
-        slot = self.new_slot(dtype or v.dtype, name, weak=dtype is None and self.is_weak(v))
+        slot = self.new_slot(dtype or v.dtype, name, () if dtype else (v,))
         self.scope.names[name] = slot
         self.emit(N.LocalStore(slot, self.cast(v, slot.dtype)))
 
@@ -305,10 +305,10 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         self.scope.names[name] = local
         return local
 
-    def new_slot(self, dtype, name, weak=False):
-        """A local of the current task: its Alloca goes to the top of the task body. A `weak` one (its first
-        value is a weak float) is f64 when an earlier build saw it meet f64 (weak_floats.py)."""
-        slot = self.local_slot(dtype, name, weak)
+    def new_slot(self, dtype, name, first_values=()):
+        """A local of the current task: its Alloca goes to the top of the task body. One whose `first_values`
+        are weak floats is f64 when an earlier build saw it meet f64 (weak_floats.py)."""
+        slot = self.local_slot(dtype, name, first_values)
         slot.loc = self.loc
         self.slot_tasks[slot] = self.task
         self.task.body.stmts.insert(self.alloca_at, slot)
@@ -333,7 +333,7 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         if dtype.is_int and v.dtype.is_float:
             self.error(f"local '{name}' holds {dtype} (from its first assignment); assigning a "
                        f"{v.dtype} would truncate it: give it a float first value, e.g. {name} = 0.0")
-        if dtype.is_float and v.dtype.bits > dtype.bits and slot not in self.widenable:
+        if dtype.is_float and v.dtype.bits > dtype.bits and not self.widenable(slot):
             self.error(f"local '{name}' holds {dtype} (from its first assignment, an {dtype} value); assigning an "
                        f"{v.dtype} would round it: convert it (sp.{dtype}(...)), or make the local {v.dtype} from "
                        f"the start (sp.{v.dtype}(...))")

@@ -191,8 +191,8 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
     def is_pure_block(self, block):
         return all(type(s).PURE or isinstance(s, N.LocalLoad) for s in block.stmts)
 
-    def temp_slot(self, dtype, init, weak=False):
-        slot = self.new_slot(dtype, "tmp", weak)
+    def temp_slot(self, dtype, init, first_values=()):
+        slot = self.new_slot(dtype, "tmp", first_values)
         self.emit(N.LocalStore(slot, self.cast(init, slot.dtype)))
         return slot
 
@@ -214,7 +214,7 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
         a, b = vals
         probe_a, probe_b = self.typed_probe(a), self.typed_probe(b)
         dt = T.promote(probe_a, probe_b) if probe_a != probe_b else probe_a
-        tmp = self.temp_slot(dt, 0, self.is_weak(a) and self.is_weak(b))
+        tmp = self.temp_slot(dt, 0, (a, b))
         for blk, v in zip(blocks, vals):
             saved, self.block = self.block, blk
             self.emit(N.LocalStore(tmp, self.cast(v, tmp.dtype)))

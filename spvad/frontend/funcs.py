@@ -154,7 +154,7 @@ def store_return_value(b, v):
     slot = b.return_slot
     if slot is None:
         v = b.typed(v)
-        slot = b.return_slot = b.new_slot(v.dtype, "ret", weak=b.is_weak(v))
+        slot = b.return_slot = b.new_slot(v.dtype, "ret", (v,))
     store_return(b, slot, v)
 
 
@@ -203,7 +203,7 @@ def widen_return_slot(b, slot, dtype):
         if store.slot is not slot:
             continue   # another component of a vector return
         b.block = N.Block()
-        weak = dtype == T.f64 and store.value in b.weak
+        weak = dtype == T.f64 and b.is_weak(store.value)
         store.value = b.widen(store.value, {}) if weak else b.emit(N.Compute(Op.CAST, (store.value,), dtype))
         for s in b.block.stmts:
             s.loc = store.loc
@@ -228,7 +228,7 @@ def vector_return(b, v):
 def new_return_slots(b, v):
     slots = []
     for k, c in enumerate(v.comps):
-        slots.append(b.new_slot(c.dtype, f"ret_{k}", weak=b.is_weak(c)))
+        slots.append(b.new_slot(c.dtype, f"ret_{k}", (c,)))
     return VecSlots(slots, v.shape)
 
 

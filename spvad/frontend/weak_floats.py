@@ -20,58 +20,59 @@ class Widening:
 
 
 class WeakFloats(Emitter):
-    """Emitter marking weak f32 values and widening them where they meet f64. Kernels without f64 see no
-    difference: nothing is widened, and they are built once, to the very same IR."""
+    """Emitter that knows which f32 values are weak and widens them where they meet f64. Weakness is worked out
+    only where an f64 is met (a cast to f64, a store of one, the end of a build that met one), not on every
+    statement: kernels without f64 see no difference, and are built once, to the very same IR."""
 
     def __init__(self, plan=Widening()):
         super().__init__()
         self.plan = plan
-        self.weak = set()           # f32 statements whose type is only the default float's
-        self.widenable = set()      # f32 locals whose first value was weak: an f64 stored widens them
-        self.weak_slots = set()     # those holding only weak values (in earlier builds): their loads are weak
+        self.weakness = {}          # f32 statement -> whether its type is only the default float's (memo)
+        self.first_values = {}      # f32 local -> the values it starts from: weak ones make it widenable
+        self.widenable_memo = {}
         self.slot_keys = {}         # Alloca -> its key: the same local in every build
         self.key_counts = {}
         self.slot_groups = {}       # Alloca -> every slot of its vector / matrix local (one unit)
         self.stored_f64 = set()     # weak locals an f64 was stored into
         self.met_f64 = set()        # weak locals whose loads met an f64
-        self.strong_stored = set()  # weak locals an f32 value of a strong type was stored into
-        self.weak_stores = []       # (local, value): weak values stored into weak locals (how widening spreads)
+        self.f32_stores = []        # (local, value): f32 values stored into locals that may be weak
 
-    # ---- marking ----
-    def emit(self, stmt):
-        super().emit(stmt)
-        dtype = stmt.dtype   # compared by name: on every statement, cheaper than DType's __eq__
-        if dtype is not None and dtype.name == "f32" and self.weak_result(stmt):
-            self.weak.add(stmt)
-        return stmt
+    # ---- which values are weak ----
+    def is_weak(self, v):
+        """A Python number, or an f32 statement whose type is the default's."""
+        if isinstance(v, PY_SCALARS):
+            return True
+        if not isinstance(v, N.Stmt):
+            return False
+        known = self.weakness.get(v)
+        if known is None:
+            dtype = v.dtype   # compared by name: cheaper than DType's __eq__
+            known = self.weakness[v] = dtype is not None and dtype.name == "f32" and self.weak_result(v)
+        return known
 
     def weak_result(self, s):
         if isinstance(s, N.Const):
             return True   # a number written in the program (an explicit conversion makes it strong)
         if isinstance(s, N.Compute):   # an integer value made float is f32 as numpy's default (`i / 3`)
             floats = [a for a in s.args if a.dtype.is_float]
-            return s.op is not Op.CAST and bool(floats) and all(a in self.weak for a in floats)
+            return s.op is not Op.CAST and bool(floats) and all(self.is_weak(a) for a in floats)
         if isinstance(s, N.LocalLoad):
-            return s.slot in self.weak_slots
+            return self.holds_weak(s.slot)
         if isinstance(s, N.SlotSelect):
-            return s.slots[0] in self.weak_slots
+            return self.holds_weak(s.slots[0])
         return False
-
-    def is_weak(self, v):
-        """A Python number, or an f32 statement whose type is the default's."""
-        return isinstance(v, PY_SCALARS) or (isinstance(v, N.Stmt) and v in self.weak)
 
     def strong(self, v):
         """`v` after an explicit conversion (`sp.f32(0.0)`, `sp.cast`, an annotation): its type is meant."""
         if isinstance(v, N.Stmt):
-            self.weak.discard(v)
+            self.weakness[v] = False
         return v
 
     # ---- values meeting f64 ----
-    def cast(self, v, dtype):
-        if isinstance(v, N.Stmt) and v in self.weak and dtype == T.f64:
+    def convert(self, v, dtype):
+        if dtype.name == "f64" and self.is_weak(v):
             return self.widen(v, {})
-        return super().cast(v, dtype)
+        return super().convert(v, dtype)
 
     def widen(self, v, done):
         """Weak `v` in f64: its literals again in f64, and its operations on them; a weak local's load
@@ -81,48 +82,66 @@ class WeakFloats(Emitter):
         if isinstance(v, N.Const):
             out = self.const(v.value, T.f64)
         elif isinstance(v, N.Compute):
-            out = self.compute(v.op, *[self.widen(a, done) if a in self.weak else a for a in v.args])
+            out = self.compute(v.op, *[self.widen(a, done) if self.is_weak(a) else a for a in v.args])
         else:
             self.met_f64.add(v.slots[0] if isinstance(v, N.SlotSelect) else v.slot)
-            out = super().cast(v, T.f64)
+            out = super().convert(v, T.f64)
         done[v] = out
         return out
 
     # ---- locals ----
-    def local_slot(self, dtype, name, weak):
-        """A new local's Alloca, f64 for a weak f32 one an earlier build widened."""
+    def local_slot(self, dtype, name, first_values):
+        """A new local's Alloca; f64 when it is f32, all its `first_values` are weak and an earlier build
+        widened it."""
         base = (name, self.loc)
         n = self.key_counts[base] = self.key_counts.get(base, -1) + 1
         key = base + (n,)
-        weak = weak and dtype == T.f32
-        slot = N.Alloca(T.f64 if weak and key in self.plan.wide else dtype, name)
+        slot = N.Alloca(dtype, name)
         self.slot_keys[slot] = key
-        if weak and slot.dtype == T.f32:
-            self.widenable.add(slot)
-            if key not in self.plan.strong:
-                self.weak_slots.add(slot)
+        if first_values and dtype.name == "f32":
+            self.first_values[slot] = first_values
+            if key in self.plan.wide and self.widenable(slot):
+                slot.dtype = T.f64
         return slot
+
+    def widenable(self, slot):
+        """An f32 local whose first values were weak: an f64 stored into it widens it."""
+        known = self.widenable_memo.get(slot)
+        if known is None:
+            first = self.first_values.get(slot)
+            known = self.widenable_memo[slot] = first is not None and all(map(self.is_weak, first))
+        return known
+
+    def holds_weak(self, slot):
+        """Its loads are weak: widenable and no strong f32 was stored into it (in earlier builds)."""
+        return self.widenable(slot) and self.slot_keys[slot] not in self.plan.strong
 
     def note_store(self, slot, value):
         """A store into a local (the first slot of a vector local addressed at run time); a return slot that
         funcs.py widened in place already takes what is stored."""
-        if slot not in self.widenable or slot.dtype != T.f32:
+        if slot.dtype.name != "f32" or slot not in self.first_values:
             return
-        if value.dtype == T.f64:
-            self.stored_f64.add(slot)
-        elif value in self.weak:
-            self.weak_stores.append((slot, value))
+        if value.dtype.name == "f64":
+            if self.widenable(slot):
+                self.stored_f64.add(slot)
         else:
-            self.strong_stored.add(slot)
+            self.f32_stores.append((slot, value))
 
     def next_widening(self):
         """What the next build should widen; `self.plan` itself when nothing more (the build is final)."""
         if not self.stored_f64 and not self.met_f64:
             return self.plan
-        strong = {s for slot in self.strong_stored for s in self.group(slot)}
+        weak_stores, strong = [], set()
+        for slot, value in self.f32_stores:
+            if not self.widenable(slot):
+                continue
+            if self.is_weak(value):
+                weak_stores.append((slot, value))
+            else:
+                strong.update(self.group(slot))
         wide = set().union(*map(self.group, self.stored_f64))
         wide.update(*[self.group(slot) for slot in self.met_f64 if not strong & set(self.group(slot))])
-        sources = [(slot, weak_locals_read(self, value)) for slot, value in self.weak_stores]
+        sources = [(slot, weak_locals_read(self, value)) for slot, value in weak_stores]
         grew = True
         while grew:   # a weak value read from a widened local makes the local it is stored into f64 too
             grew = False
@@ -151,5 +170,5 @@ def weak_locals_read(b, value):
         elif isinstance(v, N.SlotSelect):
             found.update(v.slots)
         elif isinstance(v, N.Compute):
-            todo.extend(a for a in v.args if a in b.weak)
+            todo.extend(a for a in v.args if b.is_weak(a))
     return found
