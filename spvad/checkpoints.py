@@ -135,11 +135,13 @@ class Checkpoints:
         launch's `scalars` ({axis: row expressions} of ir/rows.py; None: all). Returns those rows along the
         array's axis (None: all), for buffer_of."""
         watch = self._watch(array)
-        if watch is None:
-            watch = self.pending[id(array)] = _Watch(_best_axis(array, slices, scalars), array.version)
-        elif watch.axis is None and not watch.needs:
-            watch.axis = _best_axis(array, slices, scalars)
-        rows = _rows_along(watch.axis, array, slices, scalars)
+        if watch is None or watch.axis is None and not watch.needs:
+            axis, rows = _best_axis(array, slices, scalars)
+            if watch is None:
+                watch = self.pending[id(array)] = _Watch(axis, array.version)
+            watch.axis = axis
+        else:
+            rows = _rows_along(watch.axis, array, slices, scalars)
         watch.add(version, rows)
         return rows
 
@@ -254,12 +256,13 @@ def _row_of_element(axis, array, element):
 
 
 def _best_axis(array, slices, scalars):
-    """The axis along which `slices` names the smallest share of `array` (None: no axis names any)."""
-    best, share = None, 2.0   # (all rows of an axis still beat None: later reads and writes may name fewer)
+    """(axis, its rows): the axis along which `slices` names the smallest share of `array` ((None, None): no
+    axis names any)."""
+    best, share = (None, None), 2.0   # (all rows of an axis still beat None: later accesses may name fewer)
     for axis in slices or ():
         rows = _rows_along(axis, array, slices, scalars)
         if rows is not None and len(rows) / array.storage_shape[axis] < share:
-            best, share = axis, len(rows) / array.storage_shape[axis]
+            best, share = (axis, rows), len(rows) / array.storage_shape[axis]
     return best
 
 
