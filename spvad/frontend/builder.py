@@ -21,6 +21,7 @@ from .tasks import TasksMixin
 from .values import (ENDED, ArraySpec, FieldRef, Lazy, Scope, ShapeRef, TemplateSpec, TemplateValue,
                      VectorArgSpec)
 from .vectors import MatValue, VecArg, VecSlots, VecValue, assign_vector_name, make_vector
+from .weak_floats import Widening
 
 
 class KernelBuilder(TasksMixin, ExprVisitor):
@@ -31,8 +32,8 @@ class KernelBuilder(TasksMixin, ExprVisitor):
     statement_call = None   # the call that is a whole expression statement (its value is discarded)
     none_result = None      # (func name, Loc, what) after inlining a func that may return None
 
-    def __init__(self, src: FunctionSource, specs):
-        super().__init__()
+    def __init__(self, src: FunctionSource, specs, widening=Widening()):
+        super().__init__(widening)
         self.src, self.specs = src, specs
         self.kernel = N.Kernel(src.name, [], [], [], src.filename)
         self.param_bindings = []          # per Python parameter: ('array', ArrayParam) | ('scalar', ScalarParam)
@@ -224,7 +225,7 @@ class KernelBuilder(TasksMixin, ExprVisitor):
             return self.assign(node.target, make_matrix(self, dtype, [self.visit(node.value)]))
         if not isinstance(dtype, T.DType):
             self.error("annotation of a local must be an spvad dtype such as sp.f32, sp.vec3 or sp.mat3")
-        self.assign(node.target, self.cast(self.visit(node.value), dtype), dtype)
+        self.assign(node.target, self.strong(self.cast(self.visit(node.value), dtype)), dtype)
 
     def assign(self, target, value, dtype=None):
         if isinstance(target, ast.Tuple):
@@ -262,7 +263,7 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         if not fresh_ok:
             self.error(f"cannot assign to '{name}' (a loop index or kernel argument)")
         v = self.typed(value)
-        slot = self.new_slot(dtype or v.dtype, name)
+        slot = self.new_slot(dtype or v.dtype, name, () if dtype else (v,))
         self.scope.names[name] = slot
         self.emit(N.LocalStore(slot, self.cast(v, slot.dtype)))
 
@@ -304,9 +305,10 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         self.scope.names[name] = local
         return local
 
-    def new_slot(self, dtype, name):
-        """A local of the current task: its Alloca goes to the top of the task body."""
-        slot = N.Alloca(dtype, name)
+    def new_slot(self, dtype, name, first_values=()):
+        """A local of the current task: its Alloca goes to the top of the task body. One whose `first_values`
+        are weak floats is f64 when an earlier build saw it meet f64 (weak_floats.py)."""
+        slot = self.local_slot(dtype, name, first_values)
         slot.loc = self.loc
         self.slot_tasks[slot] = self.task
         self.task.body.stmts.insert(self.alloca_at, slot)
@@ -321,15 +323,21 @@ class KernelBuilder(TasksMixin, ExprVisitor):
     def store_local(self, name, slot, value):
         """Store into an existing local slot, converting as its first assignment fixed its dtype."""
         self.check_same_task(name, slot)
-        self.emit(N.LocalStore(slot, self.stored_value(name, slot.dtype, value)))
+        self.emit(N.LocalStore(slot, self.stored_value(name, slot, value)))
 
-    def stored_value(self, name, dtype, value):
-        """`value` converted for a local of `dtype`, which its first assignment fixed; a float into an int
-        local is refused (it would truncate)."""
+    def stored_value(self, name, slot, value):
+        """`value` converted for the local `slot` (or group of slots), whose dtype its first assignment fixed;
+        a float into an int local is refused (it would truncate)."""
+        dtype = slot.dtype
         v = self.typed(value, like=N.Const(0, dtype))
         if dtype.is_int and v.dtype.is_float:
             self.error(f"local '{name}' holds {dtype} (from its first assignment); assigning a "
                        f"{v.dtype} would truncate it: give it a float first value, e.g. {name} = 0.0")
+        if dtype.is_float and v.dtype.bits > dtype.bits and not self.widenable(slot):
+            self.error(f"local '{name}' holds {dtype} (from its first assignment, an {dtype} value); assigning an "
+                       f"{v.dtype} would round it: convert it (sp.{dtype}(...)), or make the local {v.dtype} from "
+                       f"the start (sp.{v.dtype}(...))")
+        self.note_store(slot, v)
         return self.cast(v, dtype)
 
     @property
@@ -469,9 +477,16 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         funcs.func_return(self, node)
 
 def build_kernel(pyfunc, specs):
-    """Compile `pyfunc` for argument `specs` (ArraySpec or DType per parameter) into a Kernel.
+    """Compile `pyfunc` for argument `specs` (ArraySpec or DType per parameter) into a Kernel: built again, with
+    those locals f64, while weak float locals meet f64 values (weak_floats.py; kernels without f64 are built
+    once).
 
     Returns (kernel, param_bindings, captured)."""
-    b = KernelBuilder(FunctionSource.of(pyfunc), specs)
-    kernel = b.build()
-    return kernel, b.param_bindings, b.captured
+    src, widening = FunctionSource.of(pyfunc), Widening()
+    while True:
+        b = KernelBuilder(src, specs, widening)
+        kernel = b.build()
+        following = b.next_widening()
+        if following.wide <= widening.wide:
+            return kernel, b.param_bindings, b.captured
+        widening = following

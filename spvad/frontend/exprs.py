@@ -191,9 +191,9 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
     def is_pure_block(self, block):
         return all(type(s).PURE or isinstance(s, N.LocalLoad) for s in block.stmts)
 
-    def temp_slot(self, dtype, init):
-        slot = self.new_slot(dtype, "tmp")
-        self.emit(N.LocalStore(slot, self.cast(init, dtype)))
+    def temp_slot(self, dtype, init, first_values=()):
+        slot = self.new_slot(dtype, "tmp", first_values)
+        self.emit(N.LocalStore(slot, self.cast(init, slot.dtype)))
         return slot
 
     def visit_IfExp(self, node):
@@ -214,10 +214,10 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
         a, b = vals
         probe_a, probe_b = self.typed_probe(a), self.typed_probe(b)
         dt = T.promote(probe_a, probe_b) if probe_a != probe_b else probe_a
-        tmp = self.temp_slot(dt, 0)
+        tmp = self.temp_slot(dt, 0, (a, b))
         for blk, v in zip(blocks, vals):
             saved, self.block = self.block, blk
-            self.emit(N.LocalStore(tmp, self.cast(v, dt)))
+            self.emit(N.LocalStore(tmp, self.cast(v, tmp.dtype)))
             self.block = saved
         self.emit(N.If(cond, blocks[0], blocks[1]))
         return self.emit(N.LocalLoad(tmp))

@@ -154,13 +154,8 @@ def store_return_value(b, v):
     slot = b.return_slot
     if slot is None:
         v = b.typed(v)
-        slot = b.return_slot = b.new_slot(v.dtype, "ret")
-    else:
-        v = b.typed(v, like=N.Const(0, slot.dtype))
-        if v.dtype != slot.dtype and T.promote(v.dtype, slot.dtype) != slot.dtype:
-            widen_return_slot(b, slot, T.promote(v.dtype, slot.dtype))
-    store = b.emit(N.LocalStore(slot, b.cast(v, slot.dtype)))
-    b.return_stores.append((b.block, store))
+        slot = b.return_slot = b.new_slot(v.dtype, "ret", (v,))
+    store_return(b, slot, v)
 
 
 def in_func_loop(b):
@@ -187,17 +182,34 @@ def after_return_point(b, stmt, visit_rest, has_rest=True):
     b.block = saved
 
 
+def store_return(b, slot, v):
+    """Store a returned scalar (or component) into its return slot, widening the slot first when `v` is wider
+    than what earlier returns stored."""
+    v = b.typed(v, like=N.Const(0, slot.dtype))
+    if v.dtype != slot.dtype and T.promote(v.dtype, slot.dtype) != slot.dtype:
+        widen_return_slot(b, slot, T.promote(v.dtype, slot.dtype))
+    b.note_store(slot, v)
+    store = b.emit(N.LocalStore(slot, b.cast(v, slot.dtype)))
+    b.return_stores.append((b.block, store))
+
+
 def widen_return_slot(b, slot, dtype):
     """Returns of different types promote, as Python values would (`return 1` / `return v * 0.5`):
-    retype the slot and convert the values the earlier returns stored."""
+    retype the slot and convert the values the earlier returns stored (a weak float computed again in the
+    wider type, weak_floats.py)."""
     slot.dtype = dtype
+    saved = b.block
     for block, store in b.return_stores:
         if store.slot is not slot:
             continue   # another component of a vector return
-        conv = N.Compute(Op.CAST, (store.value,), dtype)
-        conv.loc = store.loc
-        block.stmts.insert(block.stmts.index(store), conv)
-        store.value = conv
+        b.block = N.Block()
+        weak = dtype == T.f64 and b.is_weak(store.value)
+        store.value = b.widen(store.value, {}) if weak else b.emit(N.Compute(Op.CAST, (store.value,), dtype))
+        for s in b.block.stmts:
+            s.loc = store.loc
+        at = block.stmts.index(store)
+        block.stmts[at:at] = b.block.stmts
+    b.block = saved
 
 
 # ---- @sp.func returning vectors ----
@@ -210,17 +222,13 @@ def vector_return(b, v):
     elif v.shape != slot.shape:
         b.error(f"a @sp.func returns vectors (matrices) of different shapes ({slot.shape} and {v.shape})")
     for s, c in zip(slot.slots, v.comps):
-        c = b.typed(c, like=N.Const(0, s.dtype))
-        if c.dtype != s.dtype and T.promote(c.dtype, s.dtype) != s.dtype:
-            widen_return_slot(b, s, T.promote(c.dtype, s.dtype))
-        store = b.emit(N.LocalStore(s, b.cast(c, s.dtype)))
-        b.return_stores.append((b.block, store))
+        store_return(b, s, c)
 
 
 def new_return_slots(b, v):
     slots = []
     for k, c in enumerate(v.comps):
-        slots.append(b.new_slot(c.dtype, f"ret_{k}"))
+        slots.append(b.new_slot(c.dtype, f"ret_{k}", (c,)))
     return VecSlots(slots, v.shape)
 
 

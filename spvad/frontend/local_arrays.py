@@ -151,12 +151,11 @@ def store_local_element(b, name, slots, keys, value, sym):
         parts = [value.comps[c] if isinstance(value, VecValue) else value for c in range(slots.shape[1])]
     else:
         indices, parts = [flat_index(b, keys, slots, write=True)], [value]
-    dtype = slots.slots[0].dtype
     for index, part in zip(indices, parts):
         new = part if sym is None else b.binop(sym, b.emit(N.SlotSelect(slots.slots, index)), part)
         if isinstance(new, VecValue):
             b.error(f"cannot store a {new.name} into an element of '{name}'")
-        b.emit(N.SlotStore(slots.slots, index, b.stored_value(name, dtype, new)))
+        b.emit(N.SlotStore(slots.slots, index, b.stored_value(name, slots.slots[0], new)))
 
 
 def slots_name(slots):

@@ -44,7 +44,7 @@ def tensor_call(b, fn, args, kw):
             v = MatValue(v.comps, v.n, 1)   # Taichi: a list of scalars is a column
         if fn is T.Vector and isinstance(v, MatValue):
             b.error("sp.Vector([...]) takes a list of scalars")
-        return v if dtype is None else v.with_comps(b.cast(c, dtype) for c in v.comps)
+        return v if dtype is None else v.with_comps(b.strong(b.cast(c, dtype)) for c in v.comps)
     try:
         return fn(*args, dtype) if dtype is not None else fn(*args)
     except TypeError as e:

@@ -5,11 +5,12 @@ import functools
 
 from .. import types as T
 from ..ir import nodes as N
-from ..ir.emit import PY_SCALARS, Emitter
+from ..ir.emit import PY_SCALARS
 from .vectors import COMPARISONS, MatValue, VecValue, is_vector, make_vector
+from .weak_floats import WeakFloats
 
 
-class ValueEmitter(Emitter):
+class ValueEmitter(WeakFloats):
     """Emitter whose operators accept vectors and matrices; scalar contexts refuse them."""
 
     # ---- scalar contexts refuse vectors ----
@@ -93,10 +94,10 @@ class ValueEmitter(Emitter):
     def cast_any(self, v, dtype):
         """`sp.cast(v, dtype)` / `sp.f64(v)`: element-wise for vectors; a Vector dtype converts a vector."""
         if isinstance(dtype, T.Vector):
-            return make_vector(self, dtype, [v])
+            return self.elementwise(self.strong, make_vector(self, dtype, [v]))
         if isinstance(v, VecValue):
-            return self.elementwise(lambda x: self.cast(x, dtype), v)
-        return self.cast(v, dtype)
+            return self.elementwise(lambda x: self.strong(self.cast(x, dtype)), v)
+        return self.strong(self.cast(v, dtype))
 
     # ---- products ----
     def sum_of(self, values):

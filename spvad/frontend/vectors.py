@@ -162,10 +162,12 @@ def assign_vector_name(b, name, cur, value):
 
 def new_vector_slots(b, name, value):
     slots = []
-    for k, c in enumerate(value.comps):
-        slot = b.new_slot(c.dtype, f"{name}_{k}")
-        b.emit(N.LocalStore(slot, c))
+    for k, c in enumerate(value.comps):   # slot, store, slot, ...: the IR of kernels without f64 as before
+        slot = b.new_slot(c.dtype, f"{name}_{k}", value.comps)   # widened as a whole (one runtime index)
+        b.emit(N.LocalStore(slot, b.cast(c, slot.dtype)))
         slots.append(slot)
+    for slot in slots:
+        b.slot_groups[slot] = tuple(slots)
     return VecSlots(slots, value.shape)
 
 
@@ -197,7 +199,7 @@ def vector_ifexp(b, cond, blocks, vals):
     temps = []
     for x, y in zip(*per_branch):
         px, py = b.typed_probe(x), b.typed_probe(y)
-        temps.append(b.temp_slot(T.promote(px, py) if px != py else px, 0))
+        temps.append(b.temp_slot(T.promote(px, py) if px != py else px, 0, (x, y)))
     for blk, comps in zip(blocks, per_branch):
         saved, b.block = b.block, blk
         for tmp, c in zip(temps, comps):

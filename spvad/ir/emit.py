@@ -73,6 +73,10 @@ class Emitter:
         v = self.typed(v)
         if v.dtype == dtype:
             return v
+        return self.convert(v, dtype)
+
+    def convert(self, v, dtype):
+        """Statement `v` as another dtype (the frontend computes weak floats again in f64 instead)."""
         if isinstance(v, N.Const):
             return self.const(v.value, dtype)
         return self.emit(N.Compute(Op.CAST, (v,), dtype))
