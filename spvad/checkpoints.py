@@ -24,15 +24,21 @@ class _Watch:
     """The needs of one array still read from its own buffer, indexed by the rows along `axis` they read
     (axis None: every need reads all rows). They hold while the array is at version `expected`: a write the
     Tape did not see (another thread, a direct buffer write) breaks them."""
-    __slots__ = ("axis", "expected", "needs", "by_row", "whole")
+    __slots__ = ("axis", "expected", "needs", "by_row", "whole", "last")
 
     def __init__(self, axis, expected):
         self.axis, self.expected = axis, expected
         self.needs = {}     # version -> set of rows along `axis`, or None (all rows)
         self.by_row = {}    # row -> set of versions reading it
         self.whole = set()  # versions read whole
+        self.last = None    # (version, rows object) added last, while no row has left since: a repeat of it
+                            # (a weight's constant rows, launch after launch) adds nothing
 
     def add(self, version, rows):
+        last = self.last
+        if last is not None and last[1] is rows and last[0] == version:
+            return
+        self.last = (version, rows)
         known = self.needs.get(version, ())
         if known is None:
             return
@@ -50,6 +56,7 @@ class _Watch:
 
     def pop(self, version):
         """Forget the need of `version` (all its rows)."""
+        self.last = None
         rows = self.needs.pop(version, ())
         if rows is None:
             self.whole.discard(version)
@@ -66,6 +73,7 @@ class _Watch:
     def take_meeting(self, rows):
         """{version: rows met (None: all)} of the needs that read some of `rows` (None: all rows): what a write
         of those rows destroys. The rows met leave the watch; a need's other rows stay in the array's buffer."""
+        self.last = None
         if rows is None:
             met = dict(self.needs)
             self.needs, self.by_row, self.whole = {}, {}, set()

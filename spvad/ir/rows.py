@@ -72,16 +72,32 @@ def accessed_rows(kernel, writes, also=()):
             for key, axes in found.items()}
 
 
+# id(exprs) -> (exprs, num_rows, rows) for expressions of constants only (w[j, i] for j in static(range(64))):
+# their rows are worked out once, and the same frozenset object each time tells a Tape that a read repeats
+# the last (checkpoints._Watch.add). Holding `exprs` keeps its id from being reused.
+_CONSTANT_ROWS = {}
+
+
 def evaluate(exprs, scalars, num_rows):
-    """The rows `exprs` (one axis of accessed_rows) name for a launch's scalars, as a set; None (every row)
-    when `exprs` is None or a row falls outside 0 .. num_rows - 1 (an out-of-bounds access)."""
+    """The rows `exprs` (one axis of accessed_rows) name for a launch's scalars, as a set (not to be changed);
+    None (every row) when `exprs` is None or a row falls outside 0 .. num_rows - 1 (an out-of-bounds access)."""
     if exprs is None:
         return None
-    rows = set()
+    known = _CONSTANT_ROWS.get(id(exprs))
+    if known is not None and known[0] is exprs and known[1] == num_rows:
+        return known[2]
+    rows, constant = set(), True
     for terms, row in exprs:
-        for k, c in terms:
-            row += c * int(scalars[k])
+        if terms:
+            constant = False
+            for k, c in terms:
+                row += c * int(scalars[k])
         if not 0 <= row < num_rows:
             return None
         rows.add(row)
+    if constant:
+        if len(_CONSTANT_ROWS) > 4096:   # (compiled kernels come and go in a long session)
+            _CONSTANT_ROWS.clear()
+        rows = _CONSTANT_ROWS[id(exprs)] = (exprs, num_rows, frozenset(rows))
+        rows = rows[2]
     return rows
