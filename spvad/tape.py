@@ -83,18 +83,17 @@ class Tape:
         keeps what the launch will overwrite. Returns the entry to complete with `after_launch`, or None
         (launches inside a replaced function)."""
         everything = arrays + captured
-        new = [k for k, a in enumerate(everything) if id(a) not in self.arrays]
-        if new:
-            names = kernel.array_names(ck)
-            for k in new:
-                self.arrays[id(everything[k])] = everything[k]
-                self.names.setdefault(id(everything[k]), f"'{names[k]}' (kernel {kernel.name})")
+        known = self.arrays
+        for k, a in enumerate(everything):
+            if id(a) not in known:
+                known[id(a)] = a
+                self.names.setdefault(id(a), _Name(kernel, ck, k))
         entry = None
         if not self.inside_custom:   # a replaced function's launches only count for zeroing and writes
             plans = PLANS.get(kernel)
             if plans is None:
                 plans = PLANS[kernel] = {}
-            key = (ck, tuple(a.grad is not None for a in arrays), len({id(a) for a in everything}))
+            key = (ck, tuple([a.grad is not None for a in arrays]), len({id(a) for a in everything}))
             plan = plans.get(key)
             if plan is None:
                 plan = plans[key] = self._gradient_of(kernel, specs, arrays, everything)
@@ -217,6 +216,18 @@ def _merged(a, b):
     if a is None or b is None:
         return None
     return {axis: tuple(sorted(set(a[axis]) | set(b[axis]))) for axis in a if axis in b} or None
+
+
+class _Name:
+    """How messages name an ndarray ("'x' (kernel step)"): the parameter name is looked up only when a message
+    is written, not at every launch that first meets an array."""
+    __slots__ = ("kernel", "ck", "index")
+
+    def __init__(self, kernel, ck, index):
+        self.kernel, self.ck, self.index = kernel, ck, index
+
+    def __str__(self):
+        return f"'{self.kernel.array_names(self.ck)[self.index]}' (kernel {self.kernel.name})"
 
 
 class LaunchEntry:
