@@ -167,9 +167,10 @@ class Kernel:
             raise ArgumentError(f"kernel {self.name}: argument '{name}' has unsupported type "
                                 f"{type(value).__name__}")
         vt = T.python_scalar_dtype(value)
-        if vt is None:
+        if vt is None:   # (a 0-d array is mutable: a repeated launch with the same object would keep its value)
+            zero_d = " 0-d array (pass a[()] or float(a))" if isinstance(value, np.ndarray) else ""
             raise ArgumentError(f"kernel {self.name}: argument '{name}' must be a number, got "
-                                f"{type(value).__name__}")
+                                f"{type(value).__name__}{zero_d}")
         if dtype.is_int and vt.is_float:
             raise ArgumentError(f"kernel {self.name}: argument '{name}' is {dtype} but got float {value!r}")
         if not T.fits(value, dtype):

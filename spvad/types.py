@@ -237,8 +237,9 @@ def python_scalar_dtype(value):
     """dtype of a plain Python/numpy scalar argument with no annotation (Python floats are f32, as in Taichi)."""
     if isinstance(value, (bool, np.bool_)):
         return u1
-    if isinstance(value, np.generic):
-        return from_numpy_dtype(value.dtype)
+    if isinstance(value, np.generic):   # int64, uint8, float16, ...: as Python's int and float would be
+        return from_numpy_dtype(value.dtype) or (i32 if isinstance(value, np.integer) else
+                                                 f32 if value.dtype == np.float16 else None)
     if isinstance(value, int):
         return i32
     if isinstance(value, float):
