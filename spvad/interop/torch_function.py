@@ -5,7 +5,7 @@ the recorded launches' gradients (sp.Tape's machinery), as often as torch asks."
 import functools
 import inspect
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, AutodiffRuleError
 from . import host
 from .recorded import RecordedCall
 from .torch_bridge import host_array, torch
@@ -29,8 +29,14 @@ def bridge():
                 return outputs
 
             @staticmethod
-            @th.autograd.function.once_differentiable
             def backward(ctx, *cotangents):
+                # create_graph=True (a gradient penalty, gradgradcheck) runs backward with grad mode on: the
+                # gradient would leave as a constant and its own derivative would silently lack spvad's part
+                # (torch's once_differentiable refuses only when the cotangents themselves need a gradient)
+                if th.is_grad_enabled():
+                    raise AutodiffRuleError(
+                        f"{ctx.call.function.who}: second derivatives (create_graph=True) are not supported: "
+                        "spvad's gradient of this function is not itself differentiable by torch")
                 return (None,) + ctx.call.backward(cotangents)
 
         _function_class = SpvadFunction

@@ -203,6 +203,19 @@ def test_a_wrong_return_value_names_the_function():
     assert recording.current() is None
 
 
+def test_second_derivatives_are_refused_not_dropped(torch_rng):
+    """create_graph=True (a gradient penalty) would give a gradient without its own derivative, so a penalty
+    built from it would silently lose spvad's part: refused by name. The plain gradient stays right."""
+    x = torch.rand(5, generator=torch_rng, dtype=torch.float64).requires_grad_()
+    y, _, _ = scaled_and_count(x, factor=1.5)
+    with pytest.raises(sp.AutodiffRuleError, match="scaled_and_count: second derivatives"):
+        torch.autograd.grad(y.sum(), x, create_graph=True)
+    with pytest.raises(sp.AutodiffRuleError, match="second derivatives"):
+        torch.autograd.gradgradcheck(lambda t: scaled_and_count(t, factor=1.5)[0], (x,))
+    g, = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(g, 3.0 * x.detach(), rtol=1e-12, atol=0)
+
+
 def test_a_call_inside_an_sp_tape_is_refused(torch_rng):
     p, x0, v0, target = random_problem(torch_rng)
     loss = sp.ndarray(sp.f64, (), needs_grad=True)
