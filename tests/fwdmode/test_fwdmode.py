@@ -243,3 +243,25 @@ def test_host_writes_inside_fwdmode_zero_the_dual(write, rng):
     eps = 1e-6
     want = (loss_of(x0 + eps) - loss_of(x0 - eps)) / (2 * eps)   # along the all-ones seed
     np.testing.assert_allclose(float(loss.dual.to_numpy()), want, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("outer", ["tape", "fwdmode"])
+def test_tape_and_fwdmode_nested_are_refused(outer, rng):
+    """Nested, the launches would run in forward mode only and the Tape would record nothing: its gradients
+    would silently stay zero. Refused by name before anything is zeroed or seeded; both work one after the
+    other, each right (float64 closed forms)."""
+    x0 = rand(rng, N)
+    x = sp.from_numpy(x0, needs_dual=True, needs_grad=True)
+    loss = sp.ndarray(sp.f32, (), needs_dual=True, needs_grad=True)
+    tape, fwd = sp.Tape(loss), sp.FwdMode(loss=loss, param=x, seed=np.eye(N)[0])
+    first, second = (tape, fwd) if outer == "tape" else (fwd, tape)
+    with pytest.raises(sp.ArgumentError, match="inside an sp"):
+        with first:
+            with second:
+                sum_cubes(x, loss)
+    with sp.Tape(loss):
+        sum_cubes(x, loss)
+    np.testing.assert_allclose(x.grad.to_numpy(), 3 * x0.astype(np.float64) ** 2, rtol=1e-5)
+    with sp.FwdMode(loss=loss, param=x, seed=np.eye(N)[0]):
+        sum_cubes(x, loss)
+    np.testing.assert_allclose(loss.dual[None], 3 * float(x0[0]) ** 2, rtol=1e-5)
