@@ -63,6 +63,27 @@ def fingerprint(fn, seen=None):
     return h.hexdigest()
 
 
+def global_values(fn):
+    """{name: description} of what `fn`'s names (and defaults) resolve to now, recursively through functions
+    and @sp.funcs, for telling within this process whether any of it changed since an earlier compile: as
+    fingerprint() describes them, and also lists, dicts and large numpy arrays by their contents, other objects
+    it cannot describe by identity, ndarrays not at all (their names are looked up at each launch)."""
+    seen = {_IN_PROCESS: True}
+    code = fn.__code__
+    scope = dict(fn.__globals__)
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            scope[name] = cell.cell_contents
+        except ValueError:
+            pass
+    out = {name: _describe(scope[name], seen) for name in sorted(set(_names(code))) if name in scope}
+    out["(defaults)"] = _describe(tuple(fn.__defaults__ or ()), seen)
+    return out
+
+
+_IN_PROCESS = "in-process"   # a key of `seen`: describe for global_values, not for the disk
+
+
 def _names(code):
     yield from code.co_names
     yield from code.co_freevars
@@ -73,8 +94,19 @@ def _names(code):
 
 def _describe(obj, seen):
     """`obj` as a string that changes whenever anything a kernel can read from it changes; Uncacheable when
-    no such string is known. Objects with identity are described once per key (then `seen:<n>`)."""
+    no such string is known (for global_values: its identity). Objects with identity are described once per
+    key (then `seen:<n>`)."""
+    if _IN_PROCESS not in seen:
+        return _describe_value(obj, seen)
+    try:
+        return _describe_value(obj, seen)
+    except Uncacheable:
+        return f"object:{type(obj).__name__}:{id(obj)}"
+
+
+def _describe_value(obj, seen):
     t = type(obj)
+    process = _IN_PROCESS in seen
     if t in (bool, int, float, str, type(None)):   # compile-time constants: their values
         return f"{t.__name__}:{obj!r}"
     if t is tuple:
@@ -83,13 +115,17 @@ def _describe(obj, seen):
         return f"dtype:{obj!r}"
     if not isinstance(obj, type):   # (sp.ndarray the class carries the tag too)
         if getattr(obj, "_spvad_ndarray", False):   # looked up by name again on load
-            return f"ndarray:{obj.dtype}:{obj.ndim}:{obj.grad is not None}:{obj.dual is not None}"
+            return "ndarray" if process else \
+                f"ndarray:{obj.dtype}:{obj.ndim}:{obj.grad is not None}:{obj.dual is not None}"
         builtin = getattr(obj, "_spvad_builtin", None)
         if builtin is not None:   # the frontend reads nothing else of it
             return f"builtin:{builtin}"
     if isinstance(obj, (np.ndarray, np.generic)):
         if (t is np.ndarray or isinstance(obj, np.generic)) and obj.dtype.kind in "biufc" and obj.size <= 64:
             return f"array:{t.__name__}:{obj.dtype.str}:{obj.shape}:{obj.tobytes().hex()}"
+        if process and t is np.ndarray and obj.dtype.kind in "biufc":
+            digest = hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest()
+            return f"array:{obj.dtype.str}:{obj.shape}:{digest}"
         raise Uncacheable(f"numpy {t.__name__} {obj.dtype} of {obj.size} elements")
     if isinstance(obj, types.ModuleType):
         if not _trusted(obj.__name__):
@@ -100,6 +136,10 @@ def _describe(obj, seen):
     if id(obj) in seen:
         return f"seen:{seen[id(obj)][0]}"
     seen[id(obj)] = (len(seen), obj)   # the object stays alive, so its id is not reused during this key
+    if process and t is list:   # (a kernel reads a module-level list as constants)
+        return "list:[" + ",".join(_describe(x, seen) for x in obj) + "]"
+    if process and t is dict:
+        return "dict:{" + ";".join(f"{_describe(k, seen)}={_describe(v, seen)}" for k, v in obj.items()) + "}"
     if isinstance(obj, type):
         return _describe_class(obj, seen)
     if getattr(obj, "_spvad_func", False):

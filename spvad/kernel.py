@@ -74,6 +74,7 @@ class Kernel:
         self._replay = None        # the last launch, repeated as is when called again with the same objects
         self._grad_replay = None   # the last gradient launch, likewise
         self._random_key = None    # (runtime serial, key) of the latest forward launch drawing random numbers
+        self._globals_seen = None  # (runtime serial, cache.global_values) at the first compile that succeeded
         # a kernel dropped by its program takes its pipelines and per-task buffers with it
         weakref.finalize(self, _release_compiled, self._cache)
 
@@ -194,6 +195,7 @@ class Kernel:
         for ck in variants:
             if binds(ck, captured):
                 return ck
+        values = self._check_globals(rt)
         info = rt.device.info
         target = Target(code=rt.code, features=tuple(sorted((features or info["features"]).items())),
                         local_size=info.get("preferred_local_size", 128), bounds_check=rt.debug,
@@ -216,7 +218,33 @@ class Kernel:
             raise AutodiffRuleError(f"kernel {self.name}: a global name it reads was bound to an ndarray of "
                                     "another type after a recorded launch; its gradient cannot be compiled")
         self._cache.setdefault(key, []).append(ck)
+        if self._globals_seen is None or self._globals_seen[0] != rt.serial:
+            self._globals_seen = (rt.serial, values)
         return ck
+
+    def _check_globals(self, rt):
+        """What the kernel's names resolve to now (cache.global_values). Its compiled launches keep the
+        module-level values they were compiled with, as Taichi's do; a variant compiled after one changed (a
+        gradient, a forward-mode launch, another dtype) would disagree with them, e.g. a loss from the old
+        value and its gradient from the new one: refused, naming what changed."""
+        try:
+            now = cache.global_values(self.fn)
+        except Exception:   # (describing an object ran code that failed: nothing to compare by)
+            return None
+        seen = self._globals_seen
+        if seen is None or seen[0] != rt.serial or seen[1] is None:
+            return now
+        # (a name that referred to an ndarray is looked up at each launch: launch/global_names.py says what
+        # it refers to now if that cannot be bound)
+        changed = [n for n in sorted(set(seen[1]) | set(now)) if seen[1].get(n) not in (now.get(n), "ndarray")]
+        if changed:
+            raise CompileError(
+                f"kernel {self.name}: {', '.join(changed)} changed since the kernel was first compiled. Its "
+                "compiled launches keep the values they were compiled with (module-level values are "
+                "compile-time constants, as in Taichi), and a launch compiled now for other types or another "
+                "mode (a gradient, forward mode) would use the new ones and disagree with them. Define the "
+                "kernel again after changing them (re-run its definition), or pass such values as arguments")
+        return now
 
     def captured_now(self, ck):
         """The ndarrays a launch of `ck` binds for its global names: those the names refer to now."""

@@ -56,10 +56,13 @@ def test_changing_a_constant_the_kernel_reads_misses_the_cache(rng, monkeypatch)
     SCALE = 3.0
     try:
         assert cache.fingerprint(scaled.fn) != key_before
-        scaled._cache.clear()
+        scaled._cache.clear()          # as a new process would find it (in this one, a constant changed after
+        scaled._globals_seen = None    # the first compile is refused: tests/kernel/test_changed_globals.py)
         np.testing.assert_allclose(run(x), x * 3.0 + 1.0, rtol=1e-6)
     finally:
         SCALE = 2.0
+        scaled._cache.clear()          # compiled with 3.0: the next test starts as a new process would
+        scaled._globals_seen = None
 
 
 def test_cache_off(monkeypatch, rng):
