@@ -414,7 +414,11 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         self.block = saved
 
     def static_for(self, node):
-        values = self.visit(node.iter.args[0])
+        source = node.iter.args[0]
+        if isinstance(source, (ast.List, ast.Tuple)):   # [(-1, 0), (1, 0)]: an item per iteration, not a matrix
+            values = [self.visit(e) for e in source.elts]
+        else:
+            values = self.visit(source)
         if isinstance(values, range):
             values = list(values)
         values = self.as_tuple(values) or values   # sp.static(x.shape) unrolls over the extents

@@ -136,6 +136,29 @@ def test_static_ndrange_gives_index_tuples():
     np.testing.assert_array_equal(out.to_numpy(), [[10, 11, 1, 1], [10, 11, 1, 1]])
 
 
+@sp.kernel
+def stencil_by_offsets(u: sp.Array, out: sp.Array):
+    for i, j in sp.ndrange((1, u.shape[0] - 1), (1, u.shape[1] - 1)):
+        s = 0.0
+        for off in sp.static([(-1, 0), (1, 0), (0, -1), (0, 1)]):   # a literal list of offset tuples
+            s += u[i + off[0], j + off[1]] * (1.0 + off[0])
+        for a, b in sp.static([(-1, 0), (1, 0), (0, -1), (0, 1)]):
+            s += 0.5 * u[i + a, j + b] * u[i + a, j + b]
+        out[i, j] = s - 4.0 * u[i, j]
+
+
+def stencil_by_offsets_ref(u, out):
+    c = (slice(1, -1), slice(1, -1))
+    nb = [(u[:-2, 1:-1], -1), (u[2:, 1:-1], 1), (u[1:-1, :-2], 0), (u[1:-1, 2:], 0)]
+    out[c] = sum(v * (1.0 + di) + 0.5 * v * v for v, di in nb) - 4.0 * u[c]
+
+
+def test_static_loop_over_a_literal_list_of_tuples(rng):
+    """Taichi's `for off in ti.static([(-1, 0), (1, 0), ...])`: each tuple an iteration (not a matrix)."""
+    args = [rand(rng, (5, 6)), np.zeros((5, 6), np.float32)]
+    check_modes(stencil_by_offsets, stencil_by_offsets_ref, args, outs=[1], wrt=[0], rng=rng)
+
+
 # ---- cross products of 2-vectors, normalized(eps), Matrix.diag ---------------------------------------------
 @sp.kernel
 def vector_idioms(a: sp.Array, b: sp.Array, s: sp.Array, out: sp.Array):
