@@ -8,6 +8,7 @@ data only (cache_format), sealed with a sha256 of key and contents; a bad one is
 Location: $SPVAD_CACHE_DIR, else ~/.cache/spvad (0700; SPVAD_CACHE=0: off; SPVAD_CACHE_MAX_MB: bound, LRU).
 """
 import copy
+import dis
 import enum
 import hashlib
 import marshal
@@ -63,12 +64,14 @@ def fingerprint(fn, seen=None):
     return h.hexdigest()
 
 
-def global_values(fn):
-    """{name: description} of what `fn`'s names (and defaults) resolve to now, recursively through functions
-    and @sp.funcs, for telling within this process whether any of it changed since an earlier compile: as
-    fingerprint() describes them, and also lists, dicts and large numpy arrays by their contents, other objects
-    it cannot describe by identity, ndarrays not at all (their names are looked up at each launch)."""
-    seen = {_IN_PROCESS: True}
+def global_values(fn, seen=None):
+    """{name: description} of what the names `fn` reads as variables (globals, closure cells; not attribute
+    names) and its defaults resolve to now, for telling within this process whether any of it changed since
+    an earlier compile: numbers, tuples, lists, dicts and numpy arrays by their values, functions and @sp.funcs
+    by their code and what they read in turn, classes by their attributes, other objects (instances included,
+    whose other attributes a program may change freely) by identity, ndarrays not at all (their names are
+    looked up at each launch)."""
+    seen = {_IN_PROCESS: True} if seen is None else seen
     code = fn.__code__
     scope = dict(fn.__globals__)
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
@@ -76,9 +79,23 @@ def global_values(fn):
             scope[name] = cell.cell_contents
         except ValueError:
             pass
-    out = {name: _describe(scope[name], seen) for name in sorted(set(_names(code))) if name in scope}
+    out = {name: _describe(scope[name], seen) for name in sorted(set(_variable_names(code))) if name in scope}
     out["(defaults)"] = _describe(tuple(fn.__defaults__ or ()), seen)
     return out
+
+
+def _variable_names(code):
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"):
+            yield ins.argval
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from _variable_names(c)
+
+
+def _code_and_values(fn, seen):
+    digest = hashlib.sha256(marshal.dumps(fn.__code__)).hexdigest()
+    return f"{digest}:{sorted(global_values(fn, seen).items())}"
 
 
 _IN_PROCESS = "in-process"   # a key of `seen`: describe for global_values, not for the disk
@@ -143,11 +160,15 @@ def _describe_value(obj, seen):
     if isinstance(obj, type):
         return _describe_class(obj, seen)
     if getattr(obj, "_spvad_func", False):
-        return "func:" + fingerprint(obj.fn, seen)
+        return "func:" + (_code_and_values(obj.fn, seen) if process else fingerprint(obj.fn, seen))
     if isinstance(obj, types.FunctionType):   # its code, defaults, globals and attributes, as a kernel's
+        if process:
+            return f"function:{_qualname(obj)}:{_code_and_values(obj, seen)}"
         return f"function:{_qualname(obj)}:{fingerprint(obj, seen)}:{_attributes(vars(obj), seen)}"
     if isinstance(obj, enum.Enum):
         return f"enum:{_describe(t, seen)}.{obj.name}"
+    if process:
+        return f"instance:{type(obj).__name__}:{id(obj)}"
     return _describe_instance(obj, seen)
 
 

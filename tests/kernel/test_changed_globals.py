@@ -88,3 +88,32 @@ def test_a_kernel_defined_again_takes_the_new_values(rng, monkeypatch):
         total(y, loss)
     np.testing.assert_allclose(x.grad.to_numpy(), want_grad(x0), rtol=1e-5)
     assert want_grad(x0)[0] == pytest.approx(2 * x0[0] * 2.0 * 5.0)
+
+
+class Settings:
+    pass
+
+
+SETTINGS = Settings()
+SETTINGS.gain, SETTINGS.iteration = 1.5, 0
+grad = 5   # a global named like an attribute the kernel reads (x.grad, x.shape): not what it reads
+
+
+@sp.kernel
+def gained(x: sp.Array, y: sp.Array):
+    for i in range(x.shape[0]):
+        y[i] = x[i] * x[i] * SETTINGS.gain
+
+
+def test_a_program_changing_what_the_kernel_does_not_read_compiles_every_mode(rng, monkeypatch):
+    """No false refusal: an object's other attributes (a counter) and globals that share a name with an
+    attribute change freely between the forward and its gradient."""
+    x0, x, y, loss = arrays(rng)
+    weighted, total = make_kernels()
+    gained(x, y)
+    monkeypatch.setattr(SETTINGS, "iteration", 7)
+    monkeypatch.setitem(globals(), "grad", 6)
+    with sp.Tape(loss):
+        gained(x, y)
+        total(y, loss)
+    np.testing.assert_allclose(x.grad.to_numpy(), 2 * x0 * 1.5, rtol=1e-5)
