@@ -47,12 +47,7 @@ def fingerprint(fn, seen=None):
     code = fn.__code__
     h.update(marshal.dumps(code))
     names = set(_names(code))
-    scope = dict(fn.__globals__)
-    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-        try:
-            scope[name] = cell.cell_contents
-        except ValueError:
-            pass
+    scope = _scope(fn)
     for default in fn.__defaults__ or ():
         h.update(b"default=" + _describe(default, seen).encode() + b";")
     for name, default in sorted((fn.__kwdefaults__ or {}).items()):
@@ -73,15 +68,21 @@ def global_values(fn, seen=None):
     looked up at each launch)."""
     seen = {_IN_PROCESS: True} if seen is None else seen
     code = fn.__code__
+    scope = _scope(fn)
+    out = {name: _describe(scope[name], seen) for name in sorted(set(_variable_names(code))) if name in scope}
+    out["(defaults)"] = _describe(tuple(fn.__defaults__ or ()), seen)
+    return out
+
+
+def _scope(fn):
+    """What `fn`'s free names resolve to: its module's globals, then its filled closure cells."""
     scope = dict(fn.__globals__)
-    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         try:
             scope[name] = cell.cell_contents
         except ValueError:
             pass
-    out = {name: _describe(scope[name], seen) for name in sorted(set(_variable_names(code))) if name in scope}
-    out["(defaults)"] = _describe(tuple(fn.__defaults__ or ()), seen)
-    return out
+    return scope
 
 
 def _variable_names(code):
