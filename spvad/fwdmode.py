@@ -59,10 +59,8 @@ class FwdMode:
                 a.dual.fill(0)
 
     def __enter__(self):
-        if recording.stack():   # launches would run in forward mode only: the Tape would record nothing
-            raise ArgumentError("sp.FwdMode inside an sp.Tape: the launches would run in forward mode only and "
-                                "the Tape would record none of them (its gradients would stay zero); run the "
-                                "forward-mode pass and the Tape one after the other")
+        if recording.stack():
+            recording.refuse_nesting("sp.FwdMode", "sp.Tape")
         self.loss.dual.fill(0)
         self.param.dual.from_numpy(self.seed)   # after: loss may be param itself (an in-place update)
         recording.modes.fwd.append(self)

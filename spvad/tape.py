@@ -163,10 +163,8 @@ class Tape:
 
     # ---- the with-block ----
     def __enter__(self):
-        if recording.modes.fwd:   # launches would run in forward mode only: nothing would be recorded
-            raise ArgumentError("sp.Tape inside an sp.FwdMode: the launches would run in forward mode only and "
-                                "the Tape would record none of them (its gradients would stay zero); run the "
-                                "Tape and the forward-mode pass one after the other")
+        if recording.modes.fwd:
+            recording.refuse_nesting("sp.Tape", "sp.FwdMode")
         if self.loss is not None:   # Taichi's rule: `loss[None] += ...` starts from 0 in every Tape
             with runtime.LOCK:
                 self.loss.zero_on_device(host_write=True)   # (an outer Tape sees a host write)
