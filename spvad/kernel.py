@@ -168,7 +168,7 @@ class Kernel:
             raise ArgumentError(f"kernel {self.name}: argument '{name}' has unsupported type "
                                 f"{type(value).__name__}")
         vt = T.python_scalar_dtype(value)
-        if vt is None:   # (a 0-d array is mutable: a repeated launch with the same object would keep its value)
+        if vt is None:   # (a 0-d array is a mutable container, not a value: its item is)
             zero_d = " 0-d array (pass a[()] or float(a))" if isinstance(value, np.ndarray) else ""
             raise ArgumentError(f"kernel {self.name}: argument '{name}' must be a number, got "
                                 f"{type(value).__name__}{zero_d}")

@@ -1,7 +1,7 @@
 """numpy scalars as kernel arguments, as users pass them (`for t in np.arange(T)`, `x.sum()`, `np.float16`):
 any numpy integer or float scalar is a number like Python's int or float, range-checked against the
 parameter's dtype; values and gradients are those of the same launches with Python numbers. A 0-d array is
-refused by name: it is mutable, and a launch repeated with the same object would keep its first value."""
+refused by name (a mutable container, not a value; tests/kernel/test_control_flow.py pins it too)."""
 import numpy as np
 import pytest
 
