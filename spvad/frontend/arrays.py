@@ -18,7 +18,8 @@ def array_param(b, name, dtype, ndim, needs_grad, needs_dual):
     """The IR array of an ndarray; an ndarray of vectors (matrices) is a scalar array with one (two) more
     axes."""
     elem = T.element_shape(dtype)
-    p = N.ArrayParam(name, T.element_dtype(dtype), ndim + len(elem), len(b.kernel.arrays), needs_grad, needs_dual)
+    p = N.ArrayParam(name, T.element_dtype(dtype), ndim + len(elem), len(b.kernel.arrays), needs_grad, needs_dual,
+                     tuple(elem))
     b.kernel.arrays.append(p)
     if elem:
         b.vector_arrays[p] = elem

@@ -27,13 +27,16 @@ class Loc:
 
 @dataclass(eq=False)
 class ArrayParam:
-    """An ndarray bound to a kernel (argument or captured global). `index` is its position in Kernel.arrays."""
+    """An ndarray bound to a kernel (argument or captured global). `index` is its position in Kernel.arrays.
+    `element_shape`: the static extents of its last axes that hold one vector (matrix) element of an ndarray of
+    vec2 (mat2, ...), () for scalar elements; `ndim` counts them."""
     name: str
     dtype: DType
     ndim: int
     index: int
     needs_grad: bool = False
     needs_dual: bool = False
+    element_shape: tuple = ()
 
 
 @dataclass(eq=False)

@@ -243,6 +243,7 @@ class _Lowerer:
     def block(self, block):
         """Lower statements in order; stop once the current SPIR-V block has terminated (after a
         Break/Continue, or an If whose branches all left): the rest is unreachable."""
+        self.mem.plan_block(block)   # whole vector elements moved at once (lower_vectors.py)
         for s in block.stmts:
             if not self.f.in_block:
                 return

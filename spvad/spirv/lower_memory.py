@@ -25,6 +25,7 @@ from .lower_adstack import BUFFER, FUNCTION, HOMES, StackHeap, stack_shapes, sta
 from .lower_bounds import BoundsChecks, checked_accesses, record_words, site_of
 from .lower_coarse import WIDTH, coarsenable
 from .lower_ops import ATOMIC_LOWER
+from .lower_vectors import component, element_width, leading, plan_block, vector_bindings
 from .spec import Capability, Decoration, LoopControl, Op, StorageClass
 
 SCOPE_DEVICE, RELAXED = 1, 0
@@ -40,6 +41,7 @@ class Layout:
     word_view: set = field(default_factory=set)       # bindings declared as integer words (float CAS)
     addressed: frozenset = frozenset()                # bindings holding an address table (lower_addressed.py)
     per_thread: int = 1                               # elements per thread (lower_coarse.py: 4, vec4 views)
+    vectors: frozenset = frozenset()                  # bindings viewed as vectors (lower_vectors.py)
     push_fields: list = field(default_factory=list)
     push_offsets: list = field(default_factory=list)
     push_format: str = "<"
@@ -107,6 +109,8 @@ def plan_layout(kernel, task, features, homes=None, bounds_check=False, coarsen=
         raise ValueError(f"task {task.name}: homes {lay.homes!r} for {len(lay.adstacks)} adstacks")
     lay.adjoint_stacks = stacks_with_adjoint(task)
     lay.per_thread = WIDTH if coarsen and not addressed and coarsenable(task, bounds_check) else 1
+    if lay.per_thread == 1:
+        lay.vectors = vector_bindings(task) - lay.addressed
     lay.prints = any(isinstance(s, N.Print) for s in N.walk(task.body))
     lay.loop_check = bool(features.get("loop_iteration_cap")) and any(N.loops_in(task.body))
     scalars, shapes = set(), set()
@@ -121,7 +125,9 @@ def plan_layout(kernel, task, features, homes=None, bounds_check=False, coarsen=
             key = (s.array.index, s.field)
             if key not in lay.bindings:
                 lay.bindings.append(key)
-            shapes.update((s.array.index, axis) for axis in range(1, s.array.ndim))
+            # row-major addressing reads the extents of axes 1..: of the element's row under a vector view
+            axes = leading(s.array) if key in lay.vectors else s.array.ndim
+            shapes.update((s.array.index, axis) for axis in range(1, axes))
             if isinstance(s, N.AtomicRMW) and needs_cas(s, features):
                 lay.word_view.add(key)
         elif isinstance(s, N.ArrayShape):
@@ -167,6 +173,8 @@ class Memory:
         self._structs = {}     # element type id -> Block struct id
         self._strided = set()  # runtime array types already decorated with their ArrayStride
         self.buffers = {}      # (array_index, field) -> (variable id, element type id)
+        self.vector_types = {}  # vector-viewed binding -> its vector type id (lower_vectors.py)
+        self.plan, self.ready = {}, {}   # lower_vectors.plan_block's actions; values a vector load gave
         self.tables = AddressTables(L, self)
         arrays = {a.index: a for a in L.kernel.arrays}
         for binding, key in enumerate(layout.bindings):
@@ -176,8 +184,12 @@ class Memory:
             if key in layout.addressed:
                 self.buffers[key] = (self.tables.declare(key, elem, binding, name), elem)
                 continue
-            # a coarsened task views its arrays as vec4s (lower_coarse.py)
-            declared = m.type_vector(elem, WIDTH) if layout.per_thread > 1 else elem
+            # a coarsened task views its arrays as vec4s (lower_coarse.py); vector elements as vectors
+            declared = elem
+            if layout.per_thread > 1:
+                declared = m.type_vector(elem, WIDTH)
+            elif key in layout.vectors:
+                declared = self.vector_types[key] = m.type_vector(elem, element_width(a))
             self.buffers[key] = (self.buffer_variable(declared, binding, name), elem)
         if layout.flag_binding is not None:
             self.flag = self.buffer_variable(self.u32, layout.flag_binding, "adstack_flags")
@@ -214,8 +226,9 @@ class Memory:
         rta = m.type_runtime_array(elem)
         if rta not in self._strided:
             self._strided.add(rta)
-            m.decorate(rta, Decoration.ArrayStride, 4 * WIDTH if m.type_info(elem)[0] == "vector" else
-                       8 if m.type_info(elem)[1] == 64 else 4)
+            info = m.type_info(elem)   # a scalar's bit width, or a vector's (component type, count)
+            stride = info[2] * m.type_info(info[1])[1] // 8 if info[0] == "vector" else info[1] // 8
+            m.decorate(rta, Decoration.ArrayStride, stride)
         return rta
 
     def buffer_variable(self, elem, binding, name):
@@ -252,22 +265,32 @@ class Memory:
         return out
 
     # ---- global memory ----
-    def element_ptr(self, s, ok=None):
-        """Pointer to the element `s` (GlobalLoad/GlobalStore/AtomicRMW) addresses, row-major; element 0
-        where the bounds-check condition `ok` (when given) is false."""
+    def row_index(self, s, ok=None):
+        """Index of the element `s` (GlobalLoad/GlobalStore/AtomicRMW) addresses in its binding's runtime
+        array, row-major (over the element's leading axes under a vector view); 0 where the bounds-check
+        condition `ok` (when given) is false."""
         L = self.L
-        key = (s.array.index, s.field)
-        var, elem = self.buffers[key]
-        idx = L.value(s.indices[0]) if s.indices else L.i32c(0)   # a 0-d array has one element
-        for axis in range(1, s.array.ndim):
+        axes = leading(s.array) if (s.array.index, s.field) in self.lay.vectors else s.array.ndim
+        idx = L.value(s.indices[0]) if axes else L.i32c(0)   # a 0-d array has one element
+        for axis in range(1, axes):
             dim = L.push_values[("shape", s.array.index, axis)]
             idx = L.f.emit(Op.OpIAdd, self.i32, L.f.emit(Op.OpIMul, self.i32, idx, dim),
                            L.value(s.indices[axis]))
         if ok is not None:
             idx = L.f.emit(Op.OpSelect, self.i32, ok, idx, L.i32c(0))
+        return idx
+
+    def element_ptr(self, s, ok=None):
+        """(pointer to the scalar `s` addresses, its storage type); see row_index."""
+        L = self.L
+        key = (s.array.index, s.field)
+        var, elem = self.buffers[key]
+        idx = self.row_index(s, ok)
         if key in self.lay.addressed:
             return self.tables.element_ptr(key, idx), elem
         ptr_t = L.m.type_pointer(StorageClass.StorageBuffer, elem)
+        if key in self.vector_types:   # a component of the element's vector
+            return L.f.emit(Op.OpAccessChain, ptr_t, var, L.i32c(0), idx, L.i32c(component(s))), elem
         if self.lay.per_thread > 1:   # a component of the vec4 view: [idx / 4][idx % 4]
             quad = L.f.emit(Op.OpShiftRightArithmetic, self.i32, idx, L.i32c(2))
             lane = L.f.emit(Op.OpBitwiseAnd, self.i32, idx, L.i32c(3))
@@ -301,10 +324,51 @@ class Memory:
 
     # Under debug each access is guarded by its bounds check (lower_bounds.py); without, guarded() is access().
     def global_load(self, s):
-        return self.bounds.guarded(s, lambda ok: self._load(s, ok))
+        action = self.plan.get(s)
+        if action is None:
+            return self.bounds.guarded(s, lambda ok: self._load(s, ok))
+        if action[0] == "load":
+            self._load_vector(action[1])
+        return self.ready.pop(s)
 
     def global_store(self, s):
-        self.bounds.guarded(s, lambda ok: self._store(s))
+        action = self.plan.get(s)
+        if action is None:
+            self.bounds.guarded(s, lambda ok: self._store(s))
+        elif action[0] == "store":
+            self._store_vector(action[1])
+
+    # ---- whole elements of vector-viewed bindings (lower_vectors.py) ----
+    def plan_block(self, block):
+        """Plan the whole-element loads and stores among `block`'s statements (not under debug: there every
+        access keeps its own bounds check)."""
+        if self.lay.vectors and not self.lay.site_index:
+            self.plan.update(plan_block(block.stmts, self.lay.vectors))
+
+    def _vector_ptr(self, s, ok=None):
+        L, key = self.L, (s.array.index, s.field)
+        vec = self.vector_types[key]
+        ptr_t = L.m.type_pointer(StorageClass.StorageBuffer, vec)
+        return L.f.emit(Op.OpAccessChain, ptr_t, self.buffers[key][0], L.i32c(0), self.row_index(s, ok)), vec
+
+    def _load_vector(self, members):
+        """One load of the element `members` (loads of its components, one guard) read; their values."""
+        L, first = self.L, members[0]
+        elem = self.buffers[(first.array.index, first.field)][1]
+        guard = L.value(first.guard) if first.guard is not None else None
+        ptr, vec = self._vector_ptr(first, guard)   # element 0 where the guard is false, as _load does
+        v = L.f.emit(Op.OpLoad, vec, ptr)
+        for m in members:
+            x = self.from_storage(m.dtype, elem, L.f.emit(Op.OpCompositeExtract, elem, v, component(m)))
+            self.ready[m] = x if guard is None else L.emit(Op.OpSelect, m.dtype, guard, x, L.const(m.dtype, 0))
+
+    def _store_vector(self, members):
+        """One store of the element `members` (a store of each of its components) write."""
+        L, first = self.L, members[0]
+        elem = self.buffers[(first.array.index, first.field)][1]
+        ptr, vec = self._vector_ptr(first)
+        parts = sorted((component(m), self.to_storage(m.array.dtype, elem, L.value(m.value))) for m in members)
+        L.f.emit_void(Op.OpStore, ptr, L.f.emit(Op.OpCompositeConstruct, vec, *(p for _, p in parts)))
 
     def atomic(self, s):
         return self.bounds.guarded(s, lambda ok: self._atomic(s))
