@@ -84,6 +84,12 @@ def array_bounds(n: sp.Array, b: sp.Array, x: sp.Array, y: sp.Array):
         y[i] = sp.sin(x[i]) * x[i]
 
 
+@sp.kernel
+def vector_rows(x: sp.Array, M: sp.Array, idx: sp.Array, grid: sp.Array):
+    for i in range(x.shape[0]):   # vec2 / mat2 elements: vector views (spirv/lower_vectors.py), atomics on components
+        grid[idx[i]] += M[i] @ x[i] * x[i][0]
+
+
 def f32(n, needs_grad=False, lo=0.2):
     rng = np.random.default_rng(n)
     data = (rng.uniform(lo, 1.5, n) * np.where(rng.random(n) < 0.5, -1, 1)).astype(np.float32)
@@ -110,6 +116,10 @@ CASES = {
     "serial_then_parallel": (serial_then_parallel, lambda: (f32(50, True), scalar(True), 0.5), True),
     "int_powers": (int_powers, lambda: (f32(50, True), sp.from_numpy(np.arange(-25, 25, dtype=np.int32) % 17 - 7),
                                         f32(50, True)), True),
+    "vector_rows": (vector_rows, lambda: (
+        sp.from_numpy(np.ones((50, 2), np.float32), dtype=sp.vec2, needs_grad=True),
+        sp.from_numpy(np.ones((50, 2, 2), np.float32), dtype=sp.mat2, needs_grad=True),
+        sp.from_numpy(np.arange(50, dtype=np.int32) % 7), sp.ndarray(sp.vec2, (7,), needs_grad=True)), True),
     "array_bounds": (array_bounds, lambda: (sp.from_numpy(np.array(7, np.int32)),
                                             sp.from_numpy(np.array([1, 50], np.int32)), f32(50, True),
                                             f32(50, True)), True),
