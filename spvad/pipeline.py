@@ -172,9 +172,10 @@ OPTIMISE = {
              lambda k, distinct: hoist_loop_invariants(k, guard_loads=True, distinct=distinct)),
 }
 # What SPVAD_SKIP_PASSES can leave out (to measure what each buys; part of the cache key): the IR passes,
-# store or recompute (gradient kernels, autodiff/store_or_recompute.py) and four elements per thread for
-# elementwise tasks (lowering, spirv/lower_coarse.py).
-PASSES = (*OPTIMISE, "store", "coarsen")
+# store or recompute (gradient kernels, autodiff/store_or_recompute.py), four elements per thread for
+# elementwise tasks and vector views of vector / matrix elements (lowering, spirv/lower_coarse.py and
+# spirv/lower_vectors.py).
+PASSES = (*OPTIMISE, "store", "coarsen", "vectors")
 
 
 def optimiser(phase, skip=(), distinct=False):
@@ -283,7 +284,7 @@ class Lowering:
             return lower_for_interp(self.kernel, self.task, local_size=local, homes=homes)
         low = lower_task(self.kernel, self.task, local_size=local, features=dict(t.features), homes=homes,
                          bounds_check=t.bounds_check, coarsen="coarsen" not in t.skip, fast_math=t.fast_math,
-                         addressed=addressed)
+                         addressed=addressed, vectors="vectors" not in t.skip)
         if t.validate:   # a coarsened task's second module (its last n % 4 elements) reaches the driver too
             for module in (low, low.tail) if low.tail is not None else (low,):
                 tools.validate(module.spirv, kernel_name=f"{self.kernel_name} ({self.task.name})")

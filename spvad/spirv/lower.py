@@ -71,16 +71,17 @@ class LoweredTask:
 
 
 def lower_task(kernel, task, *, local_size=128, features=None, homes=None, bounds_check=False, coarsen=False,
-               fast_math=True, addressed=frozenset()):
+               fast_math=True, addressed=frozenset(), vectors=True):
     """Lower `task` of `kernel` to SPIR-V; raise LoweringError when the device cannot run it. `homes`:
     "function" or "buffer" per adstack (nodes.adstacks_of order); None puts every stack in Function scope.
     `bounds_check` (debug builds): every global access checks its indices (lower_bounds.py). `fast_math`
     False: every float operation is computed as written (NoContraction: no FMA, no reassociation).
-    `addressed`: the (array index, field) bindings that will hold addressed buffers (lower_addressed.py)."""
+    `addressed`: the (array index, field) bindings that will hold addressed buffers (lower_addressed.py).
+    `vectors`: view arrays of vector / matrix elements as vectors (lower_vectors.py)."""
     features = dict(DEFAULT_FEATURES if features is None else features)
     local_size = local_size if task.kind == "parallel" else 1
     options = dict(homes=homes, bounds_check=bounds_check, coarsen=coarsen, fast_math=fast_math,
-                   addressed=frozenset(addressed))
+                   addressed=frozenset(addressed), vectors=vectors)
     low = _Lowerer(kernel, task, local_size, features, **options).run()
     if low.per_thread > 1:
         low.tail = _Lowerer(kernel, task, local_size, features, rest=True, **options).run()
@@ -93,7 +94,7 @@ LOOP_ITERATION_CAP = 65535
 
 class _Lowerer:
     def __init__(self, kernel, task, local_size, features, homes=None, bounds_check=False, coarsen=False,
-                 addressed=frozenset(), rest=False, fast_math=True):
+                 addressed=frozenset(), rest=False, fast_math=True, vectors=True):
         self.kernel, self.task, self.local_size, self.features = kernel, task, local_size, features
         self.adaptive_local_size = task.kind == "parallel" and bool((features or {}).get("adaptive_local_size"))
         self.fast_math = fast_math
@@ -108,7 +109,7 @@ class _Lowerer:
         self.loops = []        # innermost last: [merge label, continue label, broken?]
         self.spec_ids = {}     # spec id -> (default, constant id)
         self.cur_label = None
-        self.layout = plan_layout(kernel, task, features, homes, bounds_check, coarsen, addressed)
+        self.layout = plan_layout(kernel, task, features, homes, bounds_check, coarsen, addressed, vectors)
         self.mem = Memory(self, self.layout)
         self.adstacks = AdStacks(self, self.mem, self.layout)
         self.slot_arrays = SlotArrays(self, task)

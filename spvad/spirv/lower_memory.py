@@ -99,17 +99,19 @@ def needs_cas(s, features):
     return not (dt == T.f32 and native is not None and features.get(native.feature))
 
 
-def plan_layout(kernel, task, features, homes=None, bounds_check=False, coarsen=False, addressed=frozenset()):
+def plan_layout(kernel, task, features, homes=None, bounds_check=False, coarsen=False, addressed=frozenset(),
+                vectors=True):
     """`homes`: one of "function"/"buffer" per adstack (adstacks_of order); None: all "function".
     `bounds_check`: check every global access against its array's shape (debug builds). `addressed`: the
-    (array index, field) bindings that hold an addressed buffer (lower_addressed.py)."""
+    (array index, field) bindings that hold an addressed buffer (lower_addressed.py). `vectors`: view
+    vector / matrix elements as vectors where they qualify (lower_vectors.py)."""
     lay = Layout(adstacks=N.adstacks_of(task), addressed=frozenset(addressed))
     lay.homes = tuple(homes) if homes is not None else (FUNCTION,) * len(lay.adstacks)
     if len(lay.homes) != len(lay.adstacks) or not set(lay.homes) <= set(HOMES):
         raise ValueError(f"task {task.name}: homes {lay.homes!r} for {len(lay.adstacks)} adstacks")
     lay.adjoint_stacks = stacks_with_adjoint(task)
     lay.per_thread = WIDTH if coarsen and not addressed and coarsenable(task, bounds_check) else 1
-    if lay.per_thread == 1:
+    if vectors and lay.per_thread == 1:
         lay.vectors = vector_bindings(task) - lay.addressed
     lay.prints = any(isinstance(s, N.Print) for s in N.walk(task.body))
     lay.loop_check = bool(features.get("loop_iteration_cap")) and any(N.loops_in(task.body))

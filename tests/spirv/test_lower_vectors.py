@@ -129,6 +129,13 @@ def test_what_stays_scalar(rng):
     assert "_runtimearr_v2float" in lone_component.disassemble(x, y2)
 
 
+def test_skip_passes_leaves_them_out(rng, monkeypatch):
+    x, M, y = vec(rng, sp.vec2, 8), mats(rng, 8), sp.ndarray(sp.vec2, (8,))
+    monkeypatch.setenv("SPVAD_SKIP_PASSES", "vectors")   # what benchmarks/passes.py measures
+    loads, stores = loads_and_stores(affine.disassemble(x, M, y))
+    assert sorted(loads) == ["%float"] * 6 and stores == ["float"] * 2
+
+
 def test_atomics_reach_components(rng):
     x, grid = vec(rng, sp.vec2, 8, needs_grad=True), sp.ndarray(sp.vec2, (3,), needs_grad=True)
     idx = sp.from_numpy(rng.integers(0, 3, 8).astype(np.int32))
