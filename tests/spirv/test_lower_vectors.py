@@ -260,6 +260,12 @@ def test_f64_and_i32_elements(backend, rng):
     y.grad.from_numpy(g)
     affine.grad(x, M, y)
     np.testing.assert_allclose(x.grad.to_numpy(), np.einsum("nab,na->nb", M64, g) + 0.5 * g, rtol=1e-12)
+    m, at = 4, rng.integers(0, 4, n)   # f64 atomics: compare-exchange loops on a u64vec2 word view
+    grid = sp.ndarray(sp.Vector(2, sp.f64), (m,), needs_grad=True)
+    scatter(x, sp.from_numpy(at.astype(np.int32)), grid)
+    want = np.zeros((m, 2))
+    np.add.at(want, at, x64 * x64[:, :1])
+    np.testing.assert_allclose(grid.to_numpy(), want, rtol=1e-12)
     a0 = rng.integers(-1000, 1000, (n, 4)).astype(np.int32)
     yi = sp.ndarray(sp.Vector(4, sp.i32), (n,))
     int_rows(sp.from_numpy(a0, dtype=sp.Vector(4, sp.i32)), yi)
