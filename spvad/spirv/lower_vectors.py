@@ -17,6 +17,7 @@ import math
 from ..ir import nodes as N
 
 MAX_VECTOR_BYTES = 16
+SCAN = 256   # statements a group may span: longer scans from every access would make a large block quadratic
 
 
 def element_width(array):
@@ -72,7 +73,7 @@ def plan_block(stmts, keys):
     move whole elements of the vector-viewed bindings `keys`: a load group's first member loads the vector
     and gives every member its component (the others are "done"); a store group's last member stores the
     vector built from every member's value (the others are "done")."""
-    plan, spans = {}, []   # spans: (element, first index, last index, members) of each store group
+    plan, spans = {}, {}   # spans: element -> (first index, last index, members) of each of its store groups
     where = {t: k for k, t in enumerate(stmts)}
     for i, s in enumerate(stmts):
         if isinstance(s, N.GlobalStore) and (s.array.index, s.field) in keys and s not in plan:
@@ -80,12 +81,11 @@ def plan_block(stmts, keys):
             if members:
                 plan.update({m: ("done",) for m in members})
                 plan[members[-1]] = ("store", members)
-                spans.append((_element(s), i, where[members[-1]], members))
+                spans.setdefault(_element(s), []).append((i, where[members[-1]], members))
     for i, s in enumerate(stmts):
         if isinstance(s, N.GlobalLoad) and (s.array.index, s.field) in keys and s not in plan:
             # a load inside a store group's span must not read the components whose stores wait for its end
-            held = {component(m) for e, a, b, ms in spans if e == _element(s) and a < i < b
-                    for m in ms if where[m] < i}
+            held = {component(m) for a, b, ms in spans.get(_element(s), ()) if a < i < b for m in ms if where[m] < i}
             members = _load_group(stmts, i, held)
             if len({component(m) for m in members}) >= 2:
                 plan.update({m: ("done",) for m in members})
@@ -101,7 +101,7 @@ def _load_group(stmts, i, written):
     element, members, written = _element(first), [first], set(written)
     if component(first) in written:
         return []
-    for t in stmts[i + 1:]:
+    for t in stmts[i + 1:i + SCAN]:
         if _opaque(t):
             break
         if not type(t).ACCESSES_ARRAY:
@@ -124,7 +124,7 @@ def _store_group(stmts, i):
     first = stmts[i]
     element, width = _element(first), element_width(first.array)
     members, stored = [first], {component(first)}
-    for t in stmts[i + 1:]:
+    for t in stmts[i + 1:i + SCAN]:
         if _opaque(t):
             return None
         if not type(t).ACCESSES_ARRAY:
