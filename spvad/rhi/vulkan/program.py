@@ -139,24 +139,35 @@ class ProgramMixin:
     def _set_layout(self, n):
         dsl = self._set_layouts.get(n)
         if dsl is None:
-            bindings = [vk.VkDescriptorSetLayoutBinding(
-                binding=i, descriptorType=STORAGE_BUFFER, descriptorCount=1,
-                stageFlags=STAGE_COMPUTE) for i in range(n)]
-            info = vk.VkDescriptorSetLayoutCreateInfo(pBindings=bindings or None)
-            dsl = call(vk.vkCreateDescriptorSetLayout, self._device, info, None)
+            bindings = ffi.new("VkDescriptorSetLayoutBinding[]", max(n, 1))
+            for i in range(n):
+                b = bindings[i]
+                b.binding, b.descriptorType, b.descriptorCount, b.stageFlags = i, STORAGE_BUFFER, 1, STAGE_COMPUTE
+            info = ffi.new("VkDescriptorSetLayoutCreateInfo *", {
+                "sType": lib.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, "bindingCount": n,
+                "pBindings": bindings if n else NULL})
+            dsl = self._created(lib.vkCreateDescriptorSetLayout, "VkDescriptorSetLayout *", info)
             self._set_layouts[n] = dsl
         return dsl
 
     def _pipeline_layout(self, n, pc_size):
         layout = self._layouts.get((n, pc_size))
         if layout is None:
-            dsl = self._set_layout(n)
-            ranges = [vk.VkPushConstantRange(stageFlags=STAGE_COMPUTE, offset=0, size=pc_size)] \
-                if pc_size else None
-            info = vk.VkPipelineLayoutCreateInfo(pSetLayouts=[dsl], pPushConstantRanges=ranges)
-            layout = call(vk.vkCreatePipelineLayout, self._device, info, None)
+            dsls = ffi.new("VkDescriptorSetLayout[1]", [self._set_layout(n)])
+            ranges = ffi.new("VkPushConstantRange *", {"stageFlags": STAGE_COMPUTE, "offset": 0, "size": pc_size})
+            info = ffi.new("VkPipelineLayoutCreateInfo *", {
+                "sType": lib.VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, "setLayoutCount": 1, "pSetLayouts": dsls,
+                "pushConstantRangeCount": 1 if pc_size else 0, "pPushConstantRanges": ranges if pc_size else NULL})
+            layout = self._created(lib.vkCreatePipelineLayout, "VkPipelineLayout *", info)
             self._layouts[(n, pc_size)] = layout
         return layout
+
+    def _created(self, create, handle_type, info):
+        """The handle a raw vkCreate* call makes from `info` (struct pointers, not the `vulkan` package's
+        structs: the layouts and descriptor sets are made in every process's first launch)."""
+        out = ffi.new(handle_type)
+        check(create(self._device, info, NULL, out), create.__name__)
+        return out[0]
 
     # -- pipelines ----------------------------------------------------------------------------------
     def create_pipeline(self, spirv, *, name, num_buffers, push_constant_size,
@@ -228,15 +239,16 @@ class ProgramMixin:
                 break
         else:
             rec = self._new_pool(max(DESCRIPTORS_PER_POOL, n))
-        info = vk.VkDescriptorSetAllocateInfo(descriptorPool=rec[0], descriptorSetCount=1,
-                                              pSetLayouts=[dsl])
-        try:
-            sets = vk.vkAllocateDescriptorSets(self._device, info)
-        except (vk.VkErrorOutOfPoolMemory, vk.VkErrorFragmentedPool):
+        dsls, sets = ffi.new("VkDescriptorSetLayout[1]", [dsl]), ffi.new("VkDescriptorSet[1]")
+        for attempt in range(2):
+            info = ffi.new("VkDescriptorSetAllocateInfo *", {
+                "sType": lib.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, "descriptorPool": rec[0],
+                "descriptorSetCount": 1, "pSetLayouts": dsls})
+            r = lib.vkAllocateDescriptorSets(self._device, info, sets)
+            if r not in (lib.VK_ERROR_OUT_OF_POOL_MEMORY, lib.VK_ERROR_FRAGMENTED_POOL) or attempt:
+                check(r, "vkAllocateDescriptorSets")
+                break
             rec = self._new_pool(max(DESCRIPTORS_PER_POOL, n))  # our counts say yes, the pool says no
-            info = vk.VkDescriptorSetAllocateInfo(descriptorPool=rec[0], descriptorSetCount=1,
-                                                  pSetLayouts=[dsl])
-            sets = call(vk.vkAllocateDescriptorSets, self._device, info)
         rec[1] -= 1
         rec[2] -= n
         return sets, rec  # `sets` is a VkDescriptorSet[1]: exactly what vkCmdBindDescriptorSets takes
@@ -261,12 +273,14 @@ class ProgramMixin:
                 raise DeviceError(f"launch: a buffer of {b._size} bytes exceeds this device's "
                                   f"maxStorageBufferRange ({limit} bytes) and cannot be bound")
         sets, rec = self._alloc_set(len(buffers))
-        infos = [vk.VkDescriptorBufferInfo(buffer=b._handle, offset=0, range=WHOLE_SIZE)
-                 for b in buffers]
-        writes = [vk.VkWriteDescriptorSet(
-            dstSet=sets[0], dstBinding=i, descriptorCount=1, descriptorType=STORAGE_BUFFER,
-            pBufferInfo=[infos[i]]) for i in range(len(buffers))]
-        vk.vkUpdateDescriptorSets(self._device, len(writes), writes, 0, None)
+        n = len(buffers)
+        infos, writes = ffi.new("VkDescriptorBufferInfo[]", n), ffi.new("VkWriteDescriptorSet[]", n)
+        for i, b in enumerate(buffers):
+            infos[i].buffer, infos[i].range = b._handle, WHOLE_SIZE
+            w = writes[i]
+            w.sType, w.dstSet, w.dstBinding = lib.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, sets[0], i
+            w.descriptorCount, w.descriptorType, w.pBufferInfo = 1, STORAGE_BUFFER, infos + i
+        lib.vkUpdateDescriptorSets(self._device, n, writes, 0, NULL)
         self._sets[key] = (sets, rec)
         for uid in set(key):
             self._sets_of_buffer.setdefault(uid, []).append(key)
