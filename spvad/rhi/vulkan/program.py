@@ -15,7 +15,7 @@ import struct
 
 from ...errors import DeviceError, PipelineCreationError
 from ..base import Pipeline, check_regions, check_transfer
-from .vkapi import NULL, VK_ERRORS, WHOLE_SIZE, call, check, ffi, lib, result_of, vk, void_ptr
+from .vkapi import NULL, VK_ERRORS, WHOLE_SIZE, check, ffi, lib, result_of, vk, void_ptr
 
 BIND_COMPUTE = lib.VK_PIPELINE_BIND_POINT_COMPUTE
 STAGE_COMPUTE = lib.VK_SHADER_STAGE_COMPUTE_BIT
@@ -88,13 +88,19 @@ def pack_spec_constants(spec_constants):
 class _Frame:
     """One command buffer with its fence and pre-built submit info (reused batch after batch)."""
 
-    def __init__(self, dev, pool):
-        info = vk.VkCommandBufferAllocateInfo(commandPool=pool, commandBufferCount=1,
-                                              level=lib.VK_COMMAND_BUFFER_LEVEL_PRIMARY)
-        self.cmd = call(vk.vkAllocateCommandBuffers, dev, info)[0]
-        self.fence = call(vk.vkCreateFence, dev, vk.VkFenceCreateInfo(), None)
-        self.submit = vk.VkSubmitInfo(pCommandBuffers=[self.cmd])
-        self.submit_ptr = ffi.addressof(self.submit)
+    def __init__(self, dev, pool):   # (raw structs: a process's first launch makes one)
+        self._cmds = ffi.new("VkCommandBuffer[1]")   # kept: the submit info points at it
+        check(lib.vkAllocateCommandBuffers(dev, ffi.new("VkCommandBufferAllocateInfo *", {
+            "sType": lib.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, "commandPool": pool,
+            "level": lib.VK_COMMAND_BUFFER_LEVEL_PRIMARY, "commandBufferCount": 1}), self._cmds),
+            "vkAllocateCommandBuffers")
+        self.cmd = self._cmds[0]
+        fence = ffi.new("VkFence *")
+        check(lib.vkCreateFence(dev, ffi.new("VkFenceCreateInfo *", {"sType": lib.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO}),
+                                NULL, fence), "vkCreateFence")
+        self.fence = fence[0]
+        self.submit_ptr = ffi.new("VkSubmitInfo *", {"sType": lib.VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                                                     "commandBufferCount": 1, "pCommandBuffers": self._cmds})
         self.kernels = set()   # names of the kernels launched in this batch (for a timeout's message)
 
 
@@ -254,12 +260,12 @@ class ProgramMixin:
         return sets, rec  # `sets` is a VkDescriptorSet[1]: exactly what vkCmdBindDescriptorSets takes
 
     def _new_pool(self, descriptors):
-        size = vk.VkDescriptorPoolSize(type=STORAGE_BUFFER, descriptorCount=descriptors)
-        info = vk.VkDescriptorPoolCreateInfo(
-            flags=lib.VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT,  # sets die with buffers
-            maxSets=SETS_PER_POOL, pPoolSizes=[size])
-        rec = [call(vk.vkCreateDescriptorPool, self._device, info, None),
-               SETS_PER_POOL, descriptors]
+        size = ffi.new("VkDescriptorPoolSize *", {"type": STORAGE_BUFFER, "descriptorCount": descriptors})
+        info = ffi.new("VkDescriptorPoolCreateInfo *", {
+            "sType": lib.VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+            "flags": lib.VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT,   # sets die with buffers
+            "maxSets": SETS_PER_POOL, "poolSizeCount": 1, "pPoolSizes": size})
+        rec = [self._created(lib.vkCreateDescriptorPool, "VkDescriptorPool *", info), SETS_PER_POOL, descriptors]
         self._pools.append(rec)
         return rec
 
