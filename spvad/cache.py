@@ -8,14 +8,11 @@ data only (cache_format), sealed with a sha256 of key and contents; a bad one is
 Location: $SPVAD_CACHE_DIR, else ~/.cache/spvad (0700; SPVAD_CACHE=0: off; SPVAD_CACHE_MAX_MB: bound, LRU).
 """
 import copy
-import dis
 import enum
-import functools
 import hashlib
 import marshal
 import os
 import stat
-import sys
 import time
 import types
 
@@ -31,6 +28,7 @@ from .pipeline import CompiledKernel, CompiledTask, Lowering
 from .spirv import tools
 from .spirv.lower import LoweredTask
 from .types import DType, Matrix, Vector
+from .variable_names import variable_names
 
 FORMAT = 2   # 1: pickle files (*.pkl, never read again); 2: sealed JSON (*.spvad)
 TRUSTED_MODULES = {"spvad", "math", "numpy"}   # attributes read through these do not change between runs
@@ -71,7 +69,7 @@ def global_values(fn, seen=None):
     seen = {_IN_PROCESS: True} if seen is None else seen
     code = fn.__code__
     scope = _scope(fn)
-    out = {name: _describe(scope[name], seen) for name in _variable_names(code) if name in scope}
+    out = {name: _describe(scope[name], seen) for name in variable_names(code) if name in scope}
     out["(defaults)"] = _describe(tuple(fn.__defaults__ or ()), seen)
     return out
 
@@ -85,50 +83,6 @@ def _scope(fn):
         except ValueError:
             pass
     return scope
-
-
-@functools.lru_cache(maxsize=1024)
-def _variable_names(code):
-    """The sorted names `code` (and code nested in it) loads as variables: a code object never changes, and
-    disassembling it cost ~1 ms of each compile of MPM's p2g."""
-    return tuple(sorted(set(_loaded_names(code))))
-
-
-def _loaded_names(code, scan=None):
-    scan = scan or (_scanned_loads if SCAN_LOADS else _disassembled_loads)
-    yield from scan(code)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            yield from _loaded_names(c, scan)
-
-
-VARIABLE_LOADS = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF")
-
-
-def _disassembled_loads(code):
-    return [ins.argval for ins in dis.get_instructions(code) if ins.opname in VARIABLE_LOADS]
-
-
-# CPython 3.11-3.13 encode these loads alike (LOAD_GLOBAL: name index << 1 | push-null bit; LOAD_DEREF: an index
-# into the fast locals and cells), so their operands can be read without building dis's Instruction tuples
-# (positions, jump labels, argument reprs): ~10x faster, 0.2-0.3 ms of a process's first compile of a kernel.
-# Elsewhere dis decodes them; tests/cache/test_cache_safety.py checks both agree on every function in spvad.
-SCAN_LOADS = (3, 11) <= sys.version_info[:2] <= (3, 13) and hasattr(dis, "_unpack_opargs") and hasattr(
-    types.CodeType, "_varname_from_oparg")
-_LOAD_GLOBAL, _LOAD_NAME = dis.opmap["LOAD_GLOBAL"], dis.opmap["LOAD_NAME"]
-_LOAD_CELLS = frozenset(dis.opmap[n] for n in VARIABLE_LOADS[2:] if n in dis.opmap)
-
-
-def _scanned_loads(code):
-    names, cell, out = code.co_names, code._varname_from_oparg, []
-    for _, op, arg in dis._unpack_opargs(code.co_code):
-        if op == _LOAD_GLOBAL:
-            out.append(names[arg >> 1])
-        elif op == _LOAD_NAME:
-            out.append(names[arg])
-        elif op in _LOAD_CELLS:
-            out.append(cell(arg))
-    return out
 
 
 def _code_and_values(fn, seen):

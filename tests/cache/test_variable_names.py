@@ -1,7 +1,7 @@
-"""The names a kernel reads as variables (cache.global_values, the changed-globals check) are found by reading
-the bytecode's load instructions directly on CPython 3.11-3.13: they must be exactly those dis finds, for every
-function in spvad, the tests and the examples, and for closures, class bodies, comprehensions and arguments
-past one byte (EXTENDED_ARG)."""
+"""The names a kernel reads as variables (spvad/variable_names.py, for cache.global_values) are read from the
+bytecode's load instructions directly on CPython 3.11-3.13: exactly those dis finds, for every function in spvad and
+the tests' shared kernels, and for closures, class bodies, comprehensions and arguments past one byte
+(EXTENDED_ARG)."""
 import importlib
 import os
 import types
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import spvad as sp
-from spvad import cache
+from spvad import variable_names as names
 
-pytestmark = pytest.mark.skipif(not cache.SCAN_LOADS, reason="this Python's loads are read through dis only")
+pytestmark = pytest.mark.skipif(not names.SCAN_LOADS, reason="this Python's loads are read through dis only")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(sp.__file__)))
 
 
@@ -50,7 +50,7 @@ def test_every_function_in_spvad_and_the_tests_agrees_with_dis():
     for module in modules():
         for fn in functions_of(module):
             for code in code_objects(fn.__code__):
-                assert cache._scanned_loads(code) == cache._disassembled_loads(code), code
+                assert names.scanned_loads(code) == names.disassembled_loads(code), code
                 checked += 1
     assert checked > 1000   # (the walk really found spvad's functions)
 
@@ -82,9 +82,9 @@ def test_closures_class_bodies_and_wide_arguments_agree_with_dis():
     inner, _ = closure_and_class()
     wide = many_globals()
     for code in (*code_objects(closure_and_class.__code__), inner.__code__, wide.__code__):
-        assert cache._scanned_loads(code) == cache._disassembled_loads(code), code
-    assert {"cell", "SCALE", "len", "str"} <= set(cache._scanned_loads(inner.__code__))
-    assert cache._variable_names(wide.__code__) == tuple(sorted(f"g{k}" for k in range(300)))
+        assert names.scanned_loads(code) == names.disassembled_loads(code), code
+    assert {"cell", "SCALE", "len", "str"} <= set(names.scanned_loads(inner.__code__))
+    assert names.variable_names(wide.__code__) == tuple(sorted(f"g{k}" for k in range(300)))
 
 
 def test_attribute_names_are_not_variables():
@@ -94,9 +94,9 @@ def test_attribute_names_are_not_variables():
         for i in range(x.shape[0]):
             y[i] = sp.sin(x[i]) * SCALE
 
-    names = cache._variable_names(copy.fn.__code__)
-    assert names == tuple(sorted(set(cache._loaded_names(copy.fn.__code__, cache._disassembled_loads))))
-    assert "shape" not in names and "sin" not in names and {"SCALE", "range", "sp"} <= set(names)
+    read = names.variable_names(copy.fn.__code__)
+    assert read == tuple(sorted(set(names.loaded_names(copy.fn.__code__, names.disassembled_loads))))
+    assert "shape" not in read and "sin" not in read and {"SCALE", "range", "sp"} <= set(read)
     x_np = np.linspace(0.1, 0.9, 8, dtype=np.float32)
     x, y = sp.from_numpy(x_np), sp.ndarray(sp.f32, (8,))
     copy(x, y)   # (and it compiles and runs as before)
