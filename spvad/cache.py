@@ -8,9 +8,7 @@ data only (cache_format), sealed with a sha256 of key and contents; a bad one is
 Location: $SPVAD_CACHE_DIR, else ~/.cache/spvad (0700; SPVAD_CACHE=0: off; SPVAD_CACHE_MAX_MB: bound, LRU).
 """
 import copy
-import dis
 import enum
-import functools
 import hashlib
 import marshal
 import os
@@ -30,6 +28,7 @@ from .pipeline import CompiledKernel, CompiledTask, Lowering
 from .spirv import tools
 from .spirv.lower import LoweredTask
 from .types import DType, Matrix, Vector
+from .variable_names import variable_names
 
 FORMAT = 2   # 1: pickle files (*.pkl, never read again); 2: sealed JSON (*.spvad)
 TRUSTED_MODULES = {"spvad", "math", "numpy"}   # attributes read through these do not change between runs
@@ -70,7 +69,7 @@ def global_values(fn, seen=None):
     seen = {_IN_PROCESS: True} if seen is None else seen
     code = fn.__code__
     scope = _scope(fn)
-    out = {name: _describe(scope[name], seen) for name in _variable_names(code) if name in scope}
+    out = {name: _describe(scope[name], seen) for name in variable_names(code) if name in scope}
     out["(defaults)"] = _describe(tuple(fn.__defaults__ or ()), seen)
     return out
 
@@ -84,22 +83,6 @@ def _scope(fn):
         except ValueError:
             pass
     return scope
-
-
-@functools.lru_cache(maxsize=1024)
-def _variable_names(code):
-    """The sorted names `code` (and code nested in it) loads as variables: a code object never changes, and
-    disassembling it cost ~1 ms of each compile of MPM's p2g."""
-    return tuple(sorted(set(_loaded_names(code))))
-
-
-def _loaded_names(code):
-    for ins in dis.get_instructions(code):
-        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"):
-            yield ins.argval
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            yield from _loaded_names(c)
 
 
 def _code_and_values(fn, seen):

@@ -15,7 +15,7 @@ import struct
 
 from ...errors import DeviceError, PipelineCreationError
 from ..base import Pipeline, check_regions, check_transfer
-from .vkapi import NULL, VK_ERRORS, WHOLE_SIZE, call, check, ffi, lib, result_of, vk, void_ptr
+from .vkapi import NULL, VK_ERRORS, WHOLE_SIZE, check, ffi, lib, result_of, vk
 
 BIND_COMPUTE = lib.VK_PIPELINE_BIND_POINT_COMPUTE
 STAGE_COMPUTE = lib.VK_SHADER_STAGE_COMPUTE_BIT
@@ -68,7 +68,7 @@ class VulkanPipeline(Pipeline):
 def pack_spec_constants(spec_constants):
     """(map entries, data bytes) for VkSpecializationInfo: 4 bytes per constant, in SpecId order.
     bool -> u32 0/1, int -> u32 (or i32 when negative), float -> f32."""
-    entries, data = [], bytearray()
+    entries, data = ffi.new("VkSpecializationMapEntry[]", len(spec_constants)), bytearray()
     for offset, (spec_id, value) in enumerate(sorted(spec_constants.items())):
         if isinstance(value, bool):
             packed = struct.pack("<I", int(value))
@@ -80,7 +80,7 @@ def pack_spec_constants(spec_constants):
             packed = struct.pack("<f", value)
         else:
             raise DeviceError(f"spec constant {spec_id}: unsupported value {value!r}")
-        entries.append(vk.VkSpecializationMapEntry(constantID=spec_id, offset=4 * offset, size=4))
+        entries[offset].constantID, entries[offset].offset, entries[offset].size = spec_id, 4 * offset, 4
         data += packed
     return entries, bytes(data)
 
@@ -88,13 +88,19 @@ def pack_spec_constants(spec_constants):
 class _Frame:
     """One command buffer with its fence and pre-built submit info (reused batch after batch)."""
 
-    def __init__(self, dev, pool):
-        info = vk.VkCommandBufferAllocateInfo(commandPool=pool, commandBufferCount=1,
-                                              level=lib.VK_COMMAND_BUFFER_LEVEL_PRIMARY)
-        self.cmd = call(vk.vkAllocateCommandBuffers, dev, info)[0]
-        self.fence = call(vk.vkCreateFence, dev, vk.VkFenceCreateInfo(), None)
-        self.submit = vk.VkSubmitInfo(pCommandBuffers=[self.cmd])
-        self.submit_ptr = ffi.addressof(self.submit)
+    def __init__(self, dev, pool):   # (raw structs: a process's first launch makes one)
+        self._cmds = ffi.new("VkCommandBuffer[1]")   # kept: the submit info points at it
+        check(lib.vkAllocateCommandBuffers(dev, ffi.new("VkCommandBufferAllocateInfo *", {
+            "sType": lib.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, "commandPool": pool,
+            "level": lib.VK_COMMAND_BUFFER_LEVEL_PRIMARY, "commandBufferCount": 1}), self._cmds),
+            "vkAllocateCommandBuffers")
+        self.cmd = self._cmds[0]
+        fence = ffi.new("VkFence *")
+        check(lib.vkCreateFence(dev, ffi.new("VkFenceCreateInfo *", {"sType": lib.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO}),
+                                NULL, fence), "vkCreateFence")
+        self.fence = fence[0]
+        self.submit_ptr = ffi.new("VkSubmitInfo *", {"sType": lib.VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                                                     "commandBufferCount": 1, "pCommandBuffers": self._cmds})
         self.kernels = set()   # names of the kernels launched in this batch (for a timeout's message)
 
 
@@ -139,24 +145,35 @@ class ProgramMixin:
     def _set_layout(self, n):
         dsl = self._set_layouts.get(n)
         if dsl is None:
-            bindings = [vk.VkDescriptorSetLayoutBinding(
-                binding=i, descriptorType=STORAGE_BUFFER, descriptorCount=1,
-                stageFlags=STAGE_COMPUTE) for i in range(n)]
-            info = vk.VkDescriptorSetLayoutCreateInfo(pBindings=bindings or None)
-            dsl = call(vk.vkCreateDescriptorSetLayout, self._device, info, None)
+            bindings = ffi.new("VkDescriptorSetLayoutBinding[]", max(n, 1))
+            for i in range(n):
+                b = bindings[i]
+                b.binding, b.descriptorType, b.descriptorCount, b.stageFlags = i, STORAGE_BUFFER, 1, STAGE_COMPUTE
+            info = ffi.new("VkDescriptorSetLayoutCreateInfo *", {
+                "sType": lib.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, "bindingCount": n,
+                "pBindings": bindings if n else NULL})
+            dsl = self._created(lib.vkCreateDescriptorSetLayout, "VkDescriptorSetLayout *", info)
             self._set_layouts[n] = dsl
         return dsl
 
     def _pipeline_layout(self, n, pc_size):
         layout = self._layouts.get((n, pc_size))
         if layout is None:
-            dsl = self._set_layout(n)
-            ranges = [vk.VkPushConstantRange(stageFlags=STAGE_COMPUTE, offset=0, size=pc_size)] \
-                if pc_size else None
-            info = vk.VkPipelineLayoutCreateInfo(pSetLayouts=[dsl], pPushConstantRanges=ranges)
-            layout = call(vk.vkCreatePipelineLayout, self._device, info, None)
+            dsls = ffi.new("VkDescriptorSetLayout[1]", [self._set_layout(n)])
+            ranges = ffi.new("VkPushConstantRange *", {"stageFlags": STAGE_COMPUTE, "offset": 0, "size": pc_size})
+            info = ffi.new("VkPipelineLayoutCreateInfo *", {
+                "sType": lib.VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, "setLayoutCount": 1, "pSetLayouts": dsls,
+                "pushConstantRangeCount": 1 if pc_size else 0, "pPushConstantRanges": ranges if pc_size else NULL})
+            layout = self._created(lib.vkCreatePipelineLayout, "VkPipelineLayout *", info)
             self._layouts[(n, pc_size)] = layout
         return layout
+
+    def _created(self, create, handle_type, info):
+        """The handle a raw vkCreate* call makes from `info` (struct pointers, not the `vulkan` package's
+        structs: the layouts and descriptor sets are made in every process's first launch)."""
+        out = ffi.new(handle_type)
+        check(create(self._device, info, NULL, out), create.__name__)
+        return out[0]
 
     # -- pipelines ----------------------------------------------------------------------------------
     def create_pipeline(self, spirv, *, name, num_buffers, push_constant_size,
@@ -181,26 +198,30 @@ class ProgramMixin:
                                         f"maxPerStageDescriptorStorageBuffers ({limit}); split the kernel, or "
                                         "pack arrays into fewer (e.g. rows of one array)")
         layout = self._pipeline_layout(int(num_buffers), pc_size)
-        keep = []  # sub-structs must outlive the call (their pointers are owned per struct)
-        spec = None
+        # Raw cffi structs (the package's cost 0.05-0.3 ms a pipeline); the calls stay the package's, whose
+        # exceptions name the result (and which tests/driver_refusal.py replaces on drivers that accept anything).
+        # Every struct a pointer refers to is a local here, alive until the calls return.
+        code, entry_name, spec = ffi.from_buffer("uint32_t[]", spirv), ffi.new("char[]", entry.encode()), NULL
         if spec_constants:
             entries, data = pack_spec_constants(spec_constants)
-            spec = vk.VkSpecializationInfo(pMapEntries=entries, dataSize=len(data),
-                                           pData=void_ptr(data))
-            keep += [entries, data]
+            data = ffi.from_buffer(data)
+            spec = ffi.new("VkSpecializationInfo *", {"mapEntryCount": len(entries), "pMapEntries": entries,
+                                                      "dataSize": len(data), "pData": data})
         dev, col = self._device, self._collector
         mark = col.mark()  # messages from here on explain a failure (Mesa sends its reason)
         module = handle = None
         fn_name = "vkCreateShaderModule"
         try:
-            module = vk.vkCreateShaderModule(dev, vk.VkShaderModuleCreateInfo(
-                codeSize=len(spirv), pCode=spirv), None)
-            stage = vk.VkPipelineShaderStageCreateInfo(
-                stage=STAGE_COMPUTE, module=module, pName=entry, pSpecializationInfo=spec)
-            info = vk.VkComputePipelineCreateInfo(stage=stage, layout=layout)
+            module = vk.vkCreateShaderModule(dev, ffi.new("VkShaderModuleCreateInfo *", {
+                "sType": lib.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, "codeSize": len(spirv), "pCode": code}),
+                None)
+            info = ffi.new("VkComputePipelineCreateInfo *", {
+                "sType": lib.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, "layout": layout,
+                "stage": {"sType": lib.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, "stage": STAGE_COMPUTE,
+                          "module": module, "pName": entry_name, "pSpecializationInfo": spec}})
             fn_name = "vkCreateComputePipelines"
             # The package returns the whole VkPipeline[1] array, not the handle.
-            handle = vk.vkCreateComputePipelines(dev, self._pipeline_cache, 1, [info], None)[0]
+            handle = vk.vkCreateComputePipelines(dev, self._pipeline_cache, 1, info, None)[0]
         except VK_ERRORS as exc:
             msgs = col.take_since(mark)
             code, result = result_of(exc)
@@ -214,7 +235,6 @@ class ProgramMixin:
         finally:
             if module is not None:  # a pipeline does not need its module after creation
                 vk.vkDestroyShaderModule(dev, module, None)
-            del keep
         pipe = VulkanPipeline(self, handle, layout, name, int(num_buffers), pc_size)
         self._pipelines.add(pipe)
         return pipe
@@ -228,26 +248,27 @@ class ProgramMixin:
                 break
         else:
             rec = self._new_pool(max(DESCRIPTORS_PER_POOL, n))
-        info = vk.VkDescriptorSetAllocateInfo(descriptorPool=rec[0], descriptorSetCount=1,
-                                              pSetLayouts=[dsl])
-        try:
-            sets = vk.vkAllocateDescriptorSets(self._device, info)
-        except (vk.VkErrorOutOfPoolMemory, vk.VkErrorFragmentedPool):
+        dsls, sets = ffi.new("VkDescriptorSetLayout[1]", [dsl]), ffi.new("VkDescriptorSet[1]")
+        for attempt in range(2):
+            info = ffi.new("VkDescriptorSetAllocateInfo *", {
+                "sType": lib.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, "descriptorPool": rec[0],
+                "descriptorSetCount": 1, "pSetLayouts": dsls})
+            r = lib.vkAllocateDescriptorSets(self._device, info, sets)
+            if r not in (lib.VK_ERROR_OUT_OF_POOL_MEMORY, lib.VK_ERROR_FRAGMENTED_POOL) or attempt:
+                check(r, "vkAllocateDescriptorSets")
+                break
             rec = self._new_pool(max(DESCRIPTORS_PER_POOL, n))  # our counts say yes, the pool says no
-            info = vk.VkDescriptorSetAllocateInfo(descriptorPool=rec[0], descriptorSetCount=1,
-                                                  pSetLayouts=[dsl])
-            sets = call(vk.vkAllocateDescriptorSets, self._device, info)
         rec[1] -= 1
         rec[2] -= n
         return sets, rec  # `sets` is a VkDescriptorSet[1]: exactly what vkCmdBindDescriptorSets takes
 
     def _new_pool(self, descriptors):
-        size = vk.VkDescriptorPoolSize(type=STORAGE_BUFFER, descriptorCount=descriptors)
-        info = vk.VkDescriptorPoolCreateInfo(
-            flags=lib.VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT,  # sets die with buffers
-            maxSets=SETS_PER_POOL, pPoolSizes=[size])
-        rec = [call(vk.vkCreateDescriptorPool, self._device, info, None),
-               SETS_PER_POOL, descriptors]
+        size = ffi.new("VkDescriptorPoolSize *", {"type": STORAGE_BUFFER, "descriptorCount": descriptors})
+        info = ffi.new("VkDescriptorPoolCreateInfo *", {
+            "sType": lib.VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+            "flags": lib.VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT,   # sets die with buffers
+            "maxSets": SETS_PER_POOL, "poolSizeCount": 1, "pPoolSizes": size})
+        rec = [self._created(lib.vkCreateDescriptorPool, "VkDescriptorPool *", info), SETS_PER_POOL, descriptors]
         self._pools.append(rec)
         return rec
 
@@ -261,12 +282,14 @@ class ProgramMixin:
                 raise DeviceError(f"launch: a buffer of {b._size} bytes exceeds this device's "
                                   f"maxStorageBufferRange ({limit} bytes) and cannot be bound")
         sets, rec = self._alloc_set(len(buffers))
-        infos = [vk.VkDescriptorBufferInfo(buffer=b._handle, offset=0, range=WHOLE_SIZE)
-                 for b in buffers]
-        writes = [vk.VkWriteDescriptorSet(
-            dstSet=sets[0], dstBinding=i, descriptorCount=1, descriptorType=STORAGE_BUFFER,
-            pBufferInfo=[infos[i]]) for i in range(len(buffers))]
-        vk.vkUpdateDescriptorSets(self._device, len(writes), writes, 0, None)
+        n = len(buffers)
+        infos, writes = ffi.new("VkDescriptorBufferInfo[]", n), ffi.new("VkWriteDescriptorSet[]", n)
+        for i, b in enumerate(buffers):
+            infos[i].buffer, infos[i].range = b._handle, WHOLE_SIZE
+            w = writes[i]
+            w.sType, w.dstSet, w.dstBinding = lib.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, sets[0], i
+            w.descriptorCount, w.descriptorType, w.pBufferInfo = 1, STORAGE_BUFFER, infos + i
+        lib.vkUpdateDescriptorSets(self._device, n, writes, 0, NULL)
         self._sets[key] = (sets, rec)
         for uid in set(key):
             self._sets_of_buffer.setdefault(uid, []).append(key)
