@@ -78,13 +78,18 @@ class _Watch:
             met = dict(self.needs)
             self.needs, self.by_row, self.whole = {}, {}, set()
             return met
-        met = {v: None for v in self.whole}
-        for v in self.whole:
-            del self.needs[v]
-        self.whole = set()
+        met = {}
+        if self.whole:
+            for v in self.whole:
+                met[v] = None
+                del self.needs[v]
+            self.whole = set()
+        by_row = self.by_row
         for r in rows:
-            for v in self.by_row.pop(r, ()):
-                met.setdefault(v, set()).add(r)
+            versions = by_row.pop(r, None)
+            if versions:   # (a time loop writing a row no gradient read yet: none)
+                for v in versions:
+                    met.setdefault(v, set()).add(r)
         for v, gone in met.items():
             left = self.needs.get(v)
             if left:
@@ -133,16 +138,20 @@ class Checkpoints:
         buffer write) breaks them all: buffer_of refuses them."""
         watch = self.pending.get(id(array))
         if watch is not None and watch.expected != array.version:
-            self.broken.update((id(array), v) for v in watch.needs)
-            del self.pending[id(array)]
-            return None
+            return self._break(array, watch)
         return watch
+
+    def _break(self, array, watch):
+        self.broken.update((id(array), v) for v in watch.needs)
+        del self.pending[id(array)]
 
     def need(self, array, version, slices=None, scalars=()):
         """A recorded gradient reads `array` as it is now, at `version`: the rows `slices` names for the
         launch's `scalars` ({axis: row expressions} of ir/rows.py; None: all). Returns those rows along the
         array's axis (None: all), for buffer_of."""
-        watch = self._watch(array)
+        watch = self.pending.get(id(array))   # (_watch, inlined: a Tape asks at every launch)
+        if watch is not None and watch.expected != array.version:
+            watch = self._break(array, watch)
         if watch is None or watch.axis is None and not watch.needs:
             axis, rows = _best_axis(array, slices, scalars)
             if watch is None:
@@ -162,8 +171,8 @@ class Checkpoints:
         launch of kernel step") is about to change: the rows `slices` names for `scalars` (as in `need`), or
         the row of `element` (a flat element index: a host write `a[i] = v`), after which the array's version
         has grown by `bumps`. Call before the write."""
-        watch = self._watch(array)
-        if watch is None:
+        watch = self.pending.get(id(array))
+        if watch is None or watch.expected != array.version and self._break(array, watch) is None:
             return
         rows = _rows_along(watch.axis, array, slices, scalars) if element is None else \
             _row_of_element(watch.axis, array, element)

@@ -8,7 +8,6 @@ the device (`checkpoints.py`); the gradient then binds the copy. So double buffe
 reused scratch arrays and host writes inside a Tape give the gradients of the program as written.
 """
 import functools
-import weakref
 
 from . import recording, runtime
 from . import types as T
@@ -16,9 +15,6 @@ from .checkpoints import Checkpoints, StateView
 from .errors import ArgumentError, AutodiffRuleError
 from .ndarray import Ndarray, live_with_grad, next_serial, set_on_device
 
-# kernel -> {(compiled kernel, .grad present per array, distinct arrays) -> (specs, compiled gradient, indices
-# of the arguments given a temporary .grad)}: what before_launch works out once, for every Tape after
-PLANS = weakref.WeakKeyDictionary()
 HOST_CALLS = {"fill": "{}.fill(...)", "from_numpy": "{}.from_numpy(...)", "setitem": "{}[...] = value"}
 
 
@@ -77,11 +73,11 @@ class Tape:
         return self.names.get(id(array)) or f"an ndarray of shape {array.shape}"
 
     # ---- recording ----
-    def before_launch(self, kernel, specs, arrays, captured, scalars, ck):
+    def before_launch(self, kernel, specs, arrays, captured, scalars, ck, replay=None):
         """Called before a launch is queued (`captured`: the ndarrays its global names refer to): notes what
         its gradient reads, gives temporary gradient companions where a gradient would otherwise stop, and
         keeps what the launch will overwrite. Returns the entry to complete with `after_launch`, or None
-        (launches inside a replaced function)."""
+        (launches inside a replaced function). `replay`: the launch's launch.Replay, which keeps its recipe."""
         everything = arrays + captured
         known = self.arrays
         for k, a in enumerate(everything):
@@ -89,33 +85,43 @@ class Tape:
                 known[id(a)] = a
                 self.names.setdefault(id(a), _Name(kernel, ck, k))
         entry = None
+        writes = None
         if not self.inside_custom:   # a replaced function's launches only count for zeroing and writes
-            plans = PLANS.get(kernel)
-            if plans is None:
-                plans = PLANS[kernel] = {}
-            key = (ck, tuple([a.grad is not None for a in arrays]), len({id(a) for a in everything}))
-            plan = plans.get(key)
-            if plan is None:
-                plan = plans[key] = self._gradient_of(kernel, specs, arrays, everything)
-            specs, grad_ck, given = plan
-            for k in given:   # the plan's temporary .grad companions, for this launch's arrays
+            recipe = self._recipe(kernel, specs, arrays, everything, ck, replay)
+            for k in recipe.given:   # the plan's temporary .grad companions, for this launch's arrays
                 if arrays[k].grad is None:
                     self._give_temporary_grad(arrays[k])
-            entry = LaunchEntry(kernel, specs, arrays, scalars, everything, grad_ck.facts.reads_after)
-            for ai, field, slices in grad_ck.facts.reads_before:
+            entry = LaunchEntry(kernel, recipe.specs, arrays, scalars, everything, recipe.post)
+            needs, need = entry.needs, self.checkpoints.need
+            for ai, key, slices in recipe.reads:
                 a = everything[ai]
-                entry.needs[(ai, field)] = (a.version, self.checkpoints.need(a, a.version, slices, scalars))
+                version = a.version
+                needs[key] = (version, need(a, version, slices, scalars))
             self.entries.append(entry)
-        written = {}   # id -> (array, rows, bumps): an array bound to several parameters is written by each
-        for ai, slices in ck.facts.primal_writes:
+            writes = recipe.writes
+        pending = self.checkpoints.pending
+        for ai, slices, bumps in writes if writes is not None else _writes(ck, everything):
             a = everything[ai]
-            if self.checkpoints.watches(a):
-                _, before, bumps = written.get(id(a), (a, slices, 0))
-                written[id(a)] = (a, slices if before is slices else _merged(before, slices), bumps + 1)
-        for a, slices, bumps in written.values():
-            self.checkpoints.protect(a, self.names[id(a)], f"the launch of kernel {kernel.name}", slices, scalars,
-                                     bumps)
+            if id(a) in pending:
+                self.checkpoints.protect(a, self.names[id(a)], _Writer(kernel), slices, scalars, bumps)
         return entry
+
+    def _recipe(self, kernel, specs, arrays, everything, ck, replay):
+        """What every launch of `ck` with these arrays' .grad present (and as many distinct arrays) does under a
+        Tape, worked out once (Recipe): kept by the kernel, and by `replay` for its own arrays."""
+        grads = tuple([a.grad is not None for a in arrays])
+        if replay is not None:   # the very same objects at every launch: the number of distinct ones holds
+            recipe = replay.tape_recipes.get(grads)
+            if recipe is not None:
+                return recipe
+        key = (ck, grads, len({id(a) for a in everything}))
+        recipe = kernel.tape_plans.get(key)
+        if recipe is None:
+            recipe = kernel.tape_plans[key] = Recipe(ck, *self._gradient_of(kernel, specs, arrays, everything),
+                                                     key[2] == len(everything))
+        if replay is not None:
+            replay.tape_recipes[grads] = recipe
+        return recipe
 
     def after_launch(self, entry):
         """The contents a launch left, for gradients that read them (atomic max/min winners)."""
@@ -220,6 +226,42 @@ def _merged(a, b):
     return {axis: tuple(sorted(set(a[axis]) | set(b[axis]))) for axis in a if axis in b} or None
 
 
+def _writes(ck, everything):
+    """(array index, rows, writes) per array a launch of `ck` writes: an array bound to several parameters is
+    written by each (the rows they touch together, and one version bump each)."""
+    written = {}   # id -> (array index, rows, bumps)
+    for ai, slices in ck.facts.primal_writes:
+        at, before, bumps = written.get(id(everything[ai]), (ai, slices, 0))
+        written[id(everything[ai])] = (at, slices if before is slices else _merged(before, slices), bumps + 1)
+    return written.values()
+
+
+class Recipe:
+    """What a Tape does at every launch of a compiled kernel with the same arguments' .grad present and as many
+    distinct arrays, worked out at the first: the gradient's specs and compiled kernel, the arguments given a
+    temporary .grad, the contents the gradient reads ((array index, (index, field), rows) PRE; POST as
+    ArrayFacts.reads_after) and, when no array is bound twice, what the launch writes (as _writes; None: work
+    it out per launch)."""
+    __slots__ = ("specs", "grad_ck", "given", "reads", "post", "writes")
+
+    def __init__(self, ck, specs, grad_ck, given, distinct):
+        self.specs, self.grad_ck, self.given = specs, grad_ck, given
+        self.reads = tuple((ai, (ai, field), slices) for ai, field, slices in grad_ck.facts.reads_before)
+        self.post = grad_ck.facts.reads_after
+        self.writes = tuple((ai, slices, 1) for ai, slices in ck.facts.primal_writes) if distinct else None
+
+
+class _Writer:
+    """"the launch of kernel NAME", for a message that may never be written."""
+    __slots__ = ("kernel",)
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __str__(self):
+        return f"the launch of kernel {self.kernel.name}"
+
+
 class _Name:
     """How messages name an ndarray ("'x' (kernel step)"): the parameter name is looked up only when a message
     is written, not at every launch that first meets an array."""
@@ -242,20 +284,21 @@ class LaunchEntry:
         self.post = post               # (array index, field, rows) read as the launch left them
 
     def backward(self, tape):
-        buffers = {}
+        buffers = None   # array index -> {field: buffer}, where one is not the array's own
         for (ai, field), (version, rows) in self.needs.items():
             a = self.everything[ai]
             if a.version == version:   # unchanged since: the array's own buffer
                 continue
-            buffers.setdefault(ai, {})[field] = tape.checkpoints.buffer_of(a, version, rows, tape.name_of(a),
-                                                                           self.kernel.name, field)
-        views = {}
-        for ai, fields in buffers.items():
-            a = self.everything[ai]
-            primal, final = fields.get("primal", a.buffer), fields.get("final", a.buffer)
-            if primal is not a.buffer or final is not a.buffer:
-                views[ai] = StateView(a, primal, final)
-        self.kernel.grad_bound(self.specs, self.arrays, self.scalars, views or None,
+            buffer = tape.checkpoints.buffer_of(a, version, rows, tape.name_of(a), self.kernel.name, field)
+            if buffer is not a.buffer:
+                buffers = buffers or {}
+                buffers.setdefault(ai, {})[field] = buffer
+        views = None
+        if buffers:
+            views = {ai: StateView(self.everything[ai], fields.get("primal", self.everything[ai].buffer),
+                                   fields.get("final", self.everything[ai].buffer))
+                     for ai, fields in buffers.items()}
+        self.kernel.grad_bound(self.specs, self.arrays, self.scalars, views,
                                captured=self.everything[len(self.arrays):])
 
 

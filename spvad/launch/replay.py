@@ -47,6 +47,7 @@ class Replay:
         n = len(self.positions)   # what a launch writes, by argument position / captured object
         self.written_args = [(self.positions[ai], f) for ai, f in ck.facts.writes if ai < n]
         self.written_captured = [(ai - n, f) for ai, f in ck.facts.writes if ai >= n]
+        self.tape_recipes = {}   # .grad present per array argument -> what a Tape does at each launch (tape.py)
 
     def new_scalars(self, kernel, args):
         """Same ndarrays, other scalar values of the same dtypes (e.g. a time-step index): the checked
