@@ -14,6 +14,7 @@ from . import types as T
 from .checkpoints import Checkpoints, StateView
 from .errors import ArgumentError, AutodiffRuleError
 from .ndarray import Ndarray, live_with_grad, next_serial, set_on_device
+from .tape_plan import Follower, PlanBuilder, PlannedEntry
 
 HOST_CALLS = {"fill": "{}.fill(...)", "from_numpy": "{}.from_numpy(...)", "setitem": "{}[...] = value"}
 
@@ -36,6 +37,7 @@ class Tape:
     the block. On exit it zeroes the .grad of every needs-grad ndarray the launches touched (unless
     clear_gradients=False), seeds loss.grad = 1 and runs the recorded gradients in reverse order, each
     seeing the array contents its launch saw."""
+    plans = True   # follows the plan of the thread's last Tape, and leaves its own (tape_plan.py)
 
     def __init__(self, loss=None, validation=False, checkpoint_budget=None, clear_gradients=True):
         if loss is not None:
@@ -57,6 +59,8 @@ class Tape:
         self.markers = {}         # id -> (ndarray, its read marker) for the access checker (validation)
         self.temporary = []       # arrays given a gradient companion for this Tape only
         self.checkpoints = Checkpoints(checkpoint_budget)
+        self.follower = None      # tape_plan.Follower: the plan this Tape follows while its launches match
+        self.builder = None       # tape_plan.PlanBuilder: this Tape's plan, while it can make one
 
     @property
     def checkpoint_bytes(self):
@@ -79,32 +83,74 @@ class Tape:
         keeps what the launch will overwrite. Returns the entry to complete with `after_launch`, or None
         (launches inside a replaced function). `replay`: the launch's launch.Replay, which keeps its recipe."""
         everything = arrays + captured
+        if self.follower is not None:
+            step = self.follower.match(kernel, ck, arrays, everything, scalars)
+            if step is not None:
+                self._give_temporary_grads(step.recipe, arrays)
+                entry = PlannedEntry(step, arrays, scalars, everything)
+                self.entries.append(entry)
+                return entry
+            self._unfollow()
+        self._register(kernel, ck, everything)
+        if self.inside_custom:   # a replaced function's launches only count for zeroing and writes
+            self._protect_writes(kernel, _writes(ck, everything), everything, scalars)
+            return None
+        recipe = self._recipe(kernel, specs, arrays, everything, ck, replay)
+        self._give_temporary_grads(recipe, arrays)
+        if self.builder is not None:
+            self.builder.note(kernel, ck, recipe, everything, scalars)
+        return self._record(kernel, recipe, arrays, everything, scalars)
+
+    def _register(self, kernel, ck, everything):
+        """Every array of a launch has its gradient zeroed, and a name for messages."""
         known = self.arrays
         for k, a in enumerate(everything):
             if id(a) not in known:
                 known[id(a)] = a
                 self.names.setdefault(id(a), _Name(kernel, ck, k))
-        entry = None
-        writes = None
-        if not self.inside_custom:   # a replaced function's launches only count for zeroing and writes
-            recipe = self._recipe(kernel, specs, arrays, everything, ck, replay)
-            for k in recipe.given:   # the plan's temporary .grad companions, for this launch's arrays
-                if arrays[k].grad is None:
-                    self._give_temporary_grad(arrays[k])
-            entry = LaunchEntry(kernel, recipe.specs, arrays, scalars, everything, recipe.post)
-            needs, need = entry.needs, self.checkpoints.need
-            for ai, key, slices in recipe.reads:
-                a = everything[ai]
-                version = a.version
-                needs[key] = (version, need(a, version, slices, scalars))
-            self.entries.append(entry)
-            writes = recipe.writes
+
+    def _give_temporary_grads(self, recipe, arrays):
+        for k in recipe.given:   # the recipe's temporary .grad companions, for this launch's arrays
+            if arrays[k].grad is None:
+                self._give_temporary_grad(arrays[k])
+
+    def _record(self, kernel, recipe, arrays, everything, scalars, versions=None):
+        """The entry of a launch (needs noted) and the copies of what it will overwrite; `versions`: those of
+        `everything` at the launch, when it ran already (default: now)."""
+        entry = LaunchEntry(kernel, recipe.specs, arrays, scalars, everything, recipe.post)
+        if recipe.post:
+            self.builder = None   # (plans hold no launch whose gradient reads what it left)
+        needs, need = entry.needs, self.checkpoints.need
+        for ai, key, slices in recipe.reads:
+            a = everything[ai]
+            version = a.version if versions is None else versions[ai]
+            needs[key] = (version, need(a, version, slices, scalars))
+        self.entries.append(entry)
+        self._protect_writes(kernel, recipe.writes if recipe.writes is not None else _writes(recipe.ck, everything),
+                             everything, scalars, versions)
+        return entry
+
+    def _protect_writes(self, kernel, writes, everything, scalars, versions=None):
         pending = self.checkpoints.pending
-        for ai, slices, bumps in writes if writes is not None else _writes(ck, everything):
+        for ai, slices, bumps in writes:
             a = everything[ai]
             if id(a) in pending:
-                self.checkpoints.protect(a, self.names[id(a)], _Writer(kernel), slices, scalars, bumps)
-        return entry
+                self.checkpoints.protect(a, self.names[id(a)], _Writer(kernel), slices, scalars, bumps,
+                                         now=None if versions is None else versions[ai])
+
+    def _unfollow(self):
+        """Stop following the plan: record the launches matched so far as the full path would have, with the
+        versions they saw (tape_plan.py). Their gradients read their arrays' own buffers, so no copy is due."""
+        follower, self.follower = self.follower, None
+        if follower is None:
+            return
+        planned, self.entries = self.entries, []
+        for entry in planned:
+            step, versions = entry.step, follower.versions(entry.step)
+            self._register(step.kernel, step.ck, entry.everything)
+            if self.builder is not None:
+                self.builder.note(step.kernel, step.ck, step.recipe, entry.everything, entry.scalars, versions)
+            self._record(step.kernel, step.recipe, entry.arrays, entry.everything, entry.scalars, versions)
 
     def _recipe(self, kernel, specs, arrays, everything, ck, replay):
         """What every launch of `ck` with these arrays' .grad present (and as many distinct arrays) does under a
@@ -117,7 +163,8 @@ class Tape:
         key = (ck, grads, len({id(a) for a in everything}))
         recipe = kernel.tape_plans.get(key)
         if recipe is None:
-            recipe = kernel.tape_plans[key] = Recipe(ck, *self._gradient_of(kernel, specs, arrays, everything),
+            recipe = kernel.tape_plans[key] = Recipe(ck, grads, *self._gradient_of(kernel, specs, arrays,
+                                                                                    everything),
                                                      key[2] == len(everything))
         if replay is not None:
             replay.tape_recipes[grads] = recipe
@@ -153,6 +200,8 @@ class Tape:
 
     def host_write(self, array, what, index):
         """Called by ndarray before `fill`, `from_numpy` or `a[i] = v` changes `array`."""
+        self._unfollow()
+        self.builder = None
         if array.serial > self.first_serial and id(array) not in self.arrays:
             return   # the initialisation of an array born in the block: it overwrites nothing a launch saw
         call = HOST_CALLS[what].format(self.name_of(array))
@@ -175,6 +224,9 @@ class Tape:
             with runtime.LOCK:
                 self.loss.zero_on_device(host_write=True)   # (an outer Tape sees a host write)
         self.first_serial = next_serial()
+        if self.plans and not self.validation:
+            self.follower = Follower.of(recording.modes.plan, runtime.get())
+            self.builder = PlanBuilder()
         recording.stack().append(self)
         return self
 
@@ -189,6 +241,7 @@ class Tape:
     def backward(self):
         with runtime.LOCK:   # launches, fills and copies of one thread's backward pass stay together
             try:
+                self._conclude_plan()
                 self._start_gradients()
                 runtime.get().device.submit()   # the forward runs while the backward is recorded
                 for entry in reversed(self.entries):
@@ -196,6 +249,20 @@ class Tape:
                 runtime.sync()   # the only wait: the forward and the backward run as queued
             finally:
                 self._release()
+
+    def _conclude_plan(self):
+        """At the end of the recording: a Tape that followed its plan to the end zeroes the plan's arrays'
+        gradients; one that did not records what it followed in full; one that recorded only launches and
+        kept nothing leaves its plan to the next Tape of this thread."""
+        follower = self.follower
+        if follower is not None and follower.finished():
+            self.arrays = {id(a): a for a in follower.live}
+            return
+        self._unfollow()
+        cp = self.checkpoints
+        if self.builder is not None and not (cp.nbytes or cp.kept or cp.broken or cp.scratch):
+            recording.modes.plan = self.builder.plan(runtime.get())
+        self.builder = None
 
     def _start_gradients(self):
         """Zero the .grad of every array the launches touched (unless clear_gradients=False) and set
@@ -238,14 +305,15 @@ def _writes(ck, everything):
 
 class Recipe:
     """What a Tape does at every launch of a compiled kernel with the same arguments' .grad present and as many
-    distinct arrays, worked out at the first: the gradient's specs and compiled kernel, the arguments given a
+    distinct arrays (`grads`: .grad present per argument, before the temporary ones), worked out at the first:
+    the gradient's specs and compiled kernel, the arguments given a
     temporary .grad, the contents the gradient reads ((array index, (index, field), rows) PRE; POST as
     ArrayFacts.reads_after) and, when no array is bound twice, what the launch writes (as _writes; None: work
     it out per launch)."""
-    __slots__ = ("specs", "grad_ck", "given", "reads", "post", "writes")
+    __slots__ = ("ck", "grads", "specs", "grad_ck", "given", "reads", "post", "writes")
 
-    def __init__(self, ck, specs, grad_ck, given, distinct):
-        self.specs, self.grad_ck, self.given = specs, grad_ck, given
+    def __init__(self, ck, grads, specs, grad_ck, given, distinct):
+        self.ck, self.grads, self.specs, self.grad_ck, self.given = ck, grads, specs, grad_ck, given
         self.reads = tuple((ai, (ai, field), slices) for ai, field, slices in grad_ck.facts.reads_before)
         self.post = grad_ck.facts.reads_after
         self.writes = tuple((ai, slices, 1) for ai, slices in ck.facts.primal_writes) if distinct else None
@@ -352,6 +420,8 @@ class CustomGradient:
         tape = recording.current()
         if tape is None:
             return self.fn(*args, **kwargs)
+        tape._unfollow()
+        tape.builder = None
         entry = None
         if not tape.inside_custom:   # nested in another replaced function: the outer gradient covers it
             entry = CustomEntry(self, args, kwargs)
