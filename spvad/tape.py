@@ -13,8 +13,9 @@ from . import recording, runtime
 from . import types as T
 from .checkpoints import Checkpoints, StateView
 from .errors import ArgumentError, AutodiffRuleError
+from .frontend.random_numbers import random_key_index
 from .ndarray import Ndarray, live_with_grad, next_serial, set_on_device
-from .tape_plan import Follower, PlanBuilder, PlannedEntry
+from .tape_plan import Follower, PlanBuilder, PlannedEntry, Step
 
 HOST_CALLS = {"fill": "{}.fill(...)", "from_numpy": "{}.from_numpy(...)", "setitem": "{}[...] = value"}
 
@@ -91,23 +92,35 @@ class Tape:
                 self.entries.append(entry)
                 return entry
             self._unfollow()
-        self._register(kernel, ck, everything)
+        builder = self.builder
+        placed = self._register(kernel, ck, everything)
         if self.inside_custom:   # a replaced function's launches only count for zeroing and writes
             self._protect_writes(kernel, _writes(ck, everything), everything, scalars)
             return None
         recipe = self._recipe(kernel, specs, arrays, everything, ck, replay)
         self._give_temporary_grads(recipe, arrays)
-        if self.builder is not None:
-            self.builder.note(kernel, ck, recipe, everything, scalars)
+        if builder is not None:
+            if recipe.draws_random:   # (a fresh random key at every launch: no Tape repeats it)
+                self.builder = None
+            else:
+                builder.steps.append(Step(kernel, ck, recipe, placed[0], placed[1], scalars))
         return self._record(kernel, recipe, arrays, everything, scalars)
 
-    def _register(self, kernel, ck, everything):
-        """Every array of a launch has its gradient zeroed, and a name for messages."""
+    def _register(self, kernel, ck, everything, versions=None):
+        """Every array of a launch has its gradient zeroed, and a name for messages; while the Tape makes a
+        plan, the plan places them (PlanBuilder.place's answer)."""
         known = self.arrays
+        if self.builder is not None:   # the plan's arrays are those known: only the new ones are
+            placed = self.builder.place(everything, versions)
+            for k in placed[2]:
+                known[id(everything[k])] = everything[k]
+                self.names.setdefault(id(everything[k]), _Name(kernel, ck, k))
+            return placed
         for k, a in enumerate(everything):
             if id(a) not in known:
                 known[id(a)] = a
                 self.names.setdefault(id(a), _Name(kernel, ck, k))
+        return None
 
     def _give_temporary_grads(self, recipe, arrays):
         for k in recipe.given:   # the recipe's temporary .grad companions, for this launch's arrays
@@ -147,9 +160,9 @@ class Tape:
         planned, self.entries = self.entries, []
         for entry in planned:
             step, versions = entry.step, follower.versions(entry.step)
-            self._register(step.kernel, step.ck, entry.everything)
+            self._register(step.kernel, step.ck, entry.everything, versions)
             if self.builder is not None:
-                self.builder.note(step.kernel, step.ck, step.recipe, entry.everything, entry.scalars, versions)
+                self.builder.steps.append(step)   # (placed as this Tape places them: the same)
             self._record(step.kernel, step.recipe, entry.arrays, entry.everything, entry.scalars, versions)
 
     def _recipe(self, kernel, specs, arrays, everything, ck, replay):
@@ -310,13 +323,14 @@ class Recipe:
     temporary .grad, the contents the gradient reads ((array index, (index, field), rows) PRE; POST as
     ArrayFacts.reads_after) and, when no array is bound twice, what the launch writes (as _writes; None: work
     it out per launch)."""
-    __slots__ = ("ck", "grads", "specs", "grad_ck", "given", "reads", "post", "writes")
+    __slots__ = ("ck", "grads", "specs", "grad_ck", "given", "reads", "post", "writes", "draws_random")
 
     def __init__(self, ck, grads, specs, grad_ck, given, distinct):
         self.ck, self.grads, self.specs, self.grad_ck, self.given = ck, grads, specs, grad_ck, given
         self.reads = tuple((ai, (ai, field), slices) for ai, field, slices in grad_ck.facts.reads_before)
         self.post = grad_ck.facts.reads_after
         self.writes = tuple((ai, slices, 1) for ai, slices in ck.facts.primal_writes) if distinct else None
+        self.draws_random = random_key_index(ck.ir) is not None
 
 
 class _Writer:

@@ -31,7 +31,7 @@ class Plan:
 
 
 class PlanBuilder:
-    """Collects the steps of a Tape recording in full."""
+    """Collects the steps of a Tape recording in full: `place` the arrays of a launch, then append its Step."""
 
     def __init__(self):
         self.index = {}   # id(array) -> its index in `order`
@@ -39,9 +39,11 @@ class PlanBuilder:
         self.firsts = []  # their versions at their first launch
         self.steps = []
 
-    def note(self, kernel, ck, recipe, everything, scalars, versions=None):
-        """A launch, before it runs; `versions`: those of `everything` then (default: now)."""
-        index, order, firsts, idx, rels = self.index, self.order, self.firsts, [], []
+    def place(self, everything, versions=None):
+        """(plan index of each array of a launch, their versions relative to their first launch, the indices
+        in `everything` of the arrays first seen), before it runs; `versions`: those of `everything` then
+        (default: now)."""
+        index, order, firsts, idx, rels, new = self.index, self.order, self.firsts, [], [], []
         for k, a in enumerate(everything):
             version = a.version if versions is None else versions[k]
             j = index.get(id(a))
@@ -49,9 +51,10 @@ class PlanBuilder:
                 j = index[id(a)] = len(order)
                 order.append(a)
                 firsts.append(version)
+                new.append(k)
             idx.append(j)
             rels.append(version - firsts[j])
-        self.steps.append(Step(kernel, ck, recipe, tuple(idx), tuple(rels), scalars))
+        return idx, rels, new
 
     def plan(self, rt):
         return Plan(rt, self.steps, [weakref.ref(a) for a in self.order],
