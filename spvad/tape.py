@@ -8,6 +8,7 @@ the device (`checkpoints.py`); the gradient then binds the copy. So double buffe
 reused scratch arrays and host writes inside a Tape give the gradients of the program as written.
 """
 import functools
+import weakref
 
 from . import recording, runtime
 from . import types as T
@@ -88,7 +89,7 @@ class Tape:
             step = self.follower.match(kernel, ck, arrays, everything, scalars)
             if step is not None:
                 self._give_temporary_grads(step.recipe, arrays)
-                entry = PlannedEntry(step, arrays, scalars, everything)
+                entry = PlannedEntry(kernel, step, arrays, scalars, everything)
                 self.entries.append(entry)
                 return entry
             self._unfollow()
@@ -103,7 +104,7 @@ class Tape:
             if recipe.draws_random:   # (a fresh random key at every launch: no Tape repeats it)
                 self.builder = None
             else:
-                builder.steps.append(Step(kernel, ck, recipe, placed[0], placed[1], scalars))
+                builder.steps.append(Step(weakref.ref(kernel), ck, recipe, placed[0], placed[1], scalars))
         return self._record(kernel, recipe, arrays, everything, scalars)
 
     def _register(self, kernel, ck, everything, versions=None):
@@ -160,10 +161,10 @@ class Tape:
         planned, self.entries = self.entries, []
         for entry in planned:
             step, versions = entry.step, follower.versions(entry.step)
-            self._register(step.kernel, step.ck, entry.everything, versions)
+            self._register(entry.kernel, step.ck, entry.everything, versions)
             if self.builder is not None:
                 self.builder.steps.append(step)   # (placed as this Tape places them: the same)
-            self._record(step.kernel, step.recipe, entry.arrays, entry.everything, entry.scalars, versions)
+            self._record(entry.kernel, step.recipe, entry.arrays, entry.everything, entry.scalars, versions)
 
     def _recipe(self, kernel, specs, arrays, everything, ck, replay):
         """What every launch of `ck` with these arrays' .grad present (and as many distinct arrays) does under a

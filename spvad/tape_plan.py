@@ -13,9 +13,9 @@ import weakref
 
 
 class Step:
-    """One launch of a plan: kernel, compiled kernel, tape.Recipe, the plan's array index of each array it
-    binds (arguments, then captured globals), their versions relative to the array's first launch in the
-    Tape (`rels`), and the scalars."""
+    """One launch of a plan: its kernel (a weak reference: a plan keeps no kernel alive), compiled kernel,
+    tape.Recipe, the plan's array index of each array it binds (arguments, then captured globals), their
+    versions relative to the array's first launch in the Tape (`rels`), and the scalars."""
     __slots__ = ("kernel", "ck", "recipe", "idx", "rels", "scalars")
 
     def __init__(self, kernel, ck, recipe, idx, rels, scalars):
@@ -27,7 +27,7 @@ class Plan:
     first bound them, and each array's version at the Tape's end relative to its first launch."""
 
     def __init__(self, rt, steps, arrays, finals):
-        self.rt, self.steps, self.arrays, self.finals = rt, steps, arrays, finals
+        self.rt, self.steps, self.arrays, self.finals = weakref.ref(rt), steps, arrays, finals
 
 
 class PlanBuilder:
@@ -71,7 +71,7 @@ class Follower:
     @staticmethod
     def of(plan, rt):
         """A Follower of `plan` for a Tape of runtime `rt`, or None when the plan cannot apply."""
-        if plan is None or plan.rt is not rt:
+        if plan is None or plan.rt() is not rt:
             return None
         live = [ref() for ref in plan.arrays]
         return None if any(a is None for a in live) else Follower(plan, live)
@@ -82,7 +82,7 @@ class Follower:
         if self.at == len(steps):
             return None
         step = steps[self.at]
-        if step.kernel is not kernel or step.ck is not ck or len(step.idx) != len(everything) or \
+        if step.kernel() is not kernel or step.ck is not ck or len(step.idx) != len(everything) or \
                 step.scalars != scalars or step.recipe.grads != tuple([a.grad is not None for a in arrays]):
             return None
         live, base = self.live, self.base
@@ -110,12 +110,12 @@ class Follower:
 class PlannedEntry:
     """A launch recorded by following a plan: its gradient reads the arrays' own buffers (the plan's Tape kept
     nothing and nothing differs), so it binds them as they are."""
-    __slots__ = ("step", "arrays", "scalars", "everything")
+    __slots__ = ("kernel", "step", "arrays", "scalars", "everything")
     post = ()   # (plans hold no launch whose gradient reads the contents it left)
 
-    def __init__(self, step, arrays, scalars, everything):
-        self.step, self.arrays, self.scalars, self.everything = step, arrays, scalars, everything
+    def __init__(self, kernel, step, arrays, scalars, everything):
+        self.kernel, self.step, self.arrays, self.scalars, self.everything = kernel, step, arrays, scalars, everything
 
     def backward(self, tape):
-        self.step.kernel.grad_bound(self.step.recipe.specs, self.arrays, self.scalars, None,
+        self.kernel.grad_bound(self.step.recipe.specs, self.arrays, self.scalars, None,
                                     captured=self.everything[len(self.arrays):])

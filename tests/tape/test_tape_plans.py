@@ -2,7 +2,9 @@
 (other arrays, another scalar, a host write, a kernel defined again, fewer or more launches, a write the Tape
 did not see) makes it record in full from there, with the gradients of the program as written. Every
 iteration's gradients against float64 central differences, on Vulkan and the interpreter."""
+import gc
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -325,3 +327,21 @@ def test_a_long_program_of_several_kernels_repeated(rng, request):
         dx = central(lambda p: chain_np(p, k_np, steps), x0, 1e-5)
         np.testing.assert_allclose(k.grad.to_numpy(), dk, rtol=2e-3, atol=1e-3 * np.abs(dk).max())
         np.testing.assert_allclose(x.grad.to_numpy()[0], dx, rtol=2e-3, atol=1e-3 * np.abs(dx).max())
+
+
+def test_a_plan_keeps_no_array_or_kernel_alive(rng):
+    """The plan of the last Tape holds its arrays and kernels weakly: dropping them frees them (and their
+    device memory) as without a plan."""
+    p = Program(rng)
+    local = make_step(0.05)
+
+    def forward(q):
+        for t in range(T):
+            local(q.x, q.v, q.w, 0.9, t)
+        misfit(q.x, q.tgt, q.loss, T)
+    p.tape(forward)
+    p.tape(forward)
+    refs = [weakref.ref(o) for o in (p.x, p.v, local)]
+    del p, local, forward
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
