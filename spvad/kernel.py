@@ -446,12 +446,11 @@ class Kernel:
             captured = self.captured_now(self._compiled(specs))
         everything = arrays + captured
         fast = self._grad_replay
-        if views is None and fast is not None and fast.rerun(specs, everything, scalars):
+        if fast is not None and fast.rerun(specs, everything, scalars, views):
             return
         ck = self._compiled(specs, self.reverse_mode(everything), captured=captured)
         records = launch(ck, everything, scalars, views=views)
-        self._grad_replay = BoundReplay(specs, everything, records, ck) if records is not None and not views \
-            else None
+        self._grad_replay = BoundReplay(specs, everything, records, ck, views) if records is not None else None
 
     def spirv(self, *args, grad=False, **kwargs):
         args = self._positional(args, kwargs) if kwargs else args
