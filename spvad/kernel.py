@@ -75,7 +75,7 @@ class Kernel:
         self._grad_replay = None   # the last gradient launch, likewise
         self._random_key = None    # (runtime serial, key) of the latest forward launch drawing random numbers
         self._globals_seen = None  # (runtime serial, cache.global_values) at the first compile that succeeded
-        self.tape_plans = {}       # what a Tape works out once per compiled kernel and arguments (tape.Recipe)
+        self.tape_recipes = {}     # what a Tape works out once per compiled kernel and arguments (tape.Recipe)
         # a kernel dropped by its program takes its pipelines and per-task buffers with it
         weakref.finalize(self, _release_compiled, self._cache)
 

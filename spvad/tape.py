@@ -175,9 +175,9 @@ class Tape:
             if recipe is not None:
                 return recipe
         key = (ck, grads, len({id(a) for a in everything}))
-        recipe = kernel.tape_plans.get(key)
+        recipe = kernel.tape_recipes.get(key)
         if recipe is None:
-            recipe = kernel.tape_plans[key] = Recipe(ck, grads, *self._gradient_of(kernel, specs, arrays,
+            recipe = kernel.tape_recipes[key] = Recipe(ck, grads, *self._gradient_of(kernel, specs, arrays,
                                                                                     everything),
                                                      key[2] == len(everything))
         if replay is not None:
