@@ -86,7 +86,7 @@ class Tape:
         (launches inside a replaced function). `replay`: the launch's launch.Replay, which keeps its recipe."""
         everything = arrays + captured
         if self.follower is not None:
-            step = self.follower.match(kernel, ck, arrays, everything, scalars)
+            step = None if self.inside_custom else self.follower.match(kernel, ck, arrays, everything, scalars)
             if step is not None:
                 self._give_temporary_grads(step.recipe, arrays)
                 entry = PlannedEntry(kernel, step, arrays, scalars, everything)

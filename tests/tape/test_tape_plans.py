@@ -345,3 +345,40 @@ def test_a_plan_keeps_no_array_or_kernel_alive(rng):
     del p, local, forward
     gc.collect()
     assert [r() for r in refs] == [None, None, None]
+
+
+@sp.grad_replaced
+def replaced_misfit(x, target, loss, t):
+    misfit(x, target, loss, t)
+
+
+@sp.grad_for(replaced_misfit)
+def replaced_misfit_grad(x, target, loss, t):
+    misfit.grad(x, target, loss, t)   # (the generated gradient, supplied by hand: the same numbers)
+
+
+def test_a_custom_gradient_ends_following(rng):
+    """The plan's launches, then a @grad_replaced call instead of the loss launch: the Tape records in full
+    from there and runs the supplied gradient."""
+    p = Program(rng)
+    p.tape(plain)
+    p.tape(plain)
+
+    def forward(q):
+        for t in range(T):
+            step(q.x, q.v, q.w, 0.9, t)
+        replaced_misfit(q.x, q.tgt, q.loss, T)
+    tape = p.tape(forward)
+    assert in_full(tape)
+    p.check([0.9] * T)
+
+
+def test_a_validating_tape_follows_no_plan(rng):
+    p = Program(rng)
+    p.tape(plain)
+    p.tape(plain)
+    p.reset()
+    with sp.Tape(p.loss, validation=True) as tape:
+        plain(p)
+    assert in_full(tape)
+    p.check([0.9] * T)
