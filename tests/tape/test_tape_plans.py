@@ -108,10 +108,10 @@ class Program:
         np.testing.assert_allclose(self.x.grad.to_numpy()[0], dx, rtol=2e-3, atol=1e-4 * np.abs(dx).max())
 
 
-def plain(p, steps=T, damp=0.9):
+def plain(p, steps=T, damp=0.9, loss=misfit):
     for t in range(steps):
         step(p.x, p.v, p.w, damp, t)
-    misfit(p.x, p.tgt, p.loss, steps)
+    loss(p.x, p.tgt, p.loss, steps)
 
 
 def followed(tape):
@@ -245,12 +245,18 @@ def test_other_companions_are_other_launches(rng):
     p.check([0.9] * T)
 
 
-def test_a_write_the_tape_did_not_see_is_an_error_while_following(rng):
-    """Another thread rewrites row 0 in the middle of a Tape that follows its plan: the versions differ from
-    the plan's, so the Tape records in full and refuses, as without a plan."""
+def with_a_plan(rng):
+    """A Program whose plain Tape ran twice: the thread's plan is its."""
     p = Program(rng)
     p.tape(plain)
     p.tape(plain)
+    return p
+
+
+def test_a_write_the_tape_did_not_see_is_an_error_while_following(rng):
+    """Another thread rewrites row 0 in the middle of a Tape that follows its plan: the versions differ from
+    the plan's, so the Tape records in full and refuses, as without a plan."""
+    p = with_a_plan(rng)
 
     def forward(q):
         for t in range(T):
@@ -360,23 +366,14 @@ def replaced_misfit_grad(x, target, loss, t):
 def test_a_custom_gradient_ends_following(rng):
     """The plan's launches, then a @grad_replaced call instead of the loss launch: the Tape records in full
     from there and runs the supplied gradient."""
-    p = Program(rng)
-    p.tape(plain)
-    p.tape(plain)
-
-    def forward(q):
-        for t in range(T):
-            step(q.x, q.v, q.w, 0.9, t)
-        replaced_misfit(q.x, q.tgt, q.loss, T)
-    tape = p.tape(forward)
+    p = with_a_plan(rng)
+    tape = p.tape(lambda q: (plain(q, T, loss=replaced_misfit)))
     assert in_full(tape)
     p.check([0.9] * T)
 
 
 def test_a_validating_tape_follows_no_plan(rng):
-    p = Program(rng)
-    p.tape(plain)
-    p.tape(plain)
+    p = with_a_plan(rng)
     p.reset()
     with sp.Tape(p.loss, validation=True) as tape:
         plain(p)
