@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .errors import AutodiffRuleError
+from .errors import AutodiffRuleError, SpvadError
 from .ir import rows as row_exprs
 from .kept_slices import Arena, row_regions, rows_nbytes
 
@@ -78,13 +78,18 @@ class _Watch:
             met = dict(self.needs)
             self.needs, self.by_row, self.whole = {}, {}, set()
             return met
-        met = {v: None for v in self.whole}
-        for v in self.whole:
-            del self.needs[v]
-        self.whole = set()
+        met = {}
+        if self.whole:
+            for v in self.whole:
+                met[v] = None
+                del self.needs[v]
+            self.whole = set()
+        by_row = self.by_row
         for r in rows:
-            for v in self.by_row.pop(r, ()):
-                met.setdefault(v, set()).add(r)
+            versions = by_row.pop(r, None)
+            if versions:   # (a time loop writing a row no gradient read yet: none)
+                for v in versions:
+                    met.setdefault(v, set()).add(r)
         for v, gone in met.items():
             left = self.needs.get(v)
             if left:
@@ -133,20 +138,25 @@ class Checkpoints:
         buffer write) breaks them all: buffer_of refuses them."""
         watch = self.pending.get(id(array))
         if watch is not None and watch.expected != array.version:
-            self.broken.update((id(array), v) for v in watch.needs)
-            del self.pending[id(array)]
-            return None
+            return self._break(array, watch)
         return watch
 
+    def _break(self, array, watch):
+        self.broken.update((id(array), v) for v in watch.needs)
+        del self.pending[id(array)]
+
     def need(self, array, version, slices=None, scalars=()):
-        """A recorded gradient reads `array` as it is now, at `version`: the rows `slices` names for the
-        launch's `scalars` ({axis: row expressions} of ir/rows.py; None: all). Returns those rows along the
-        array's axis (None: all), for buffer_of."""
-        watch = self._watch(array)
+        """A recorded gradient reads `array` as it is at `version` (its version now, or at a launch a Tape
+        followed from its plan, tape_plan.py): the rows `slices` names for the launch's `scalars` ({axis: row
+        expressions} of ir/rows.py; None: all). Returns those rows along the array's axis (None: all), for
+        buffer_of."""
+        watch = self.pending.get(id(array))   # (_watch, inlined: a Tape asks at every launch)
+        if watch is not None and watch.expected != version:
+            watch = self._break(array, watch)
         if watch is None or watch.axis is None and not watch.needs:
             axis, rows = _best_axis(array, slices, scalars)
             if watch is None:
-                watch = self.pending[id(array)] = _Watch(axis, array.version)
+                watch = self.pending[id(array)] = _Watch(axis, version)
             watch.axis = axis
         else:
             rows = _rows_along(watch.axis, array, slices, scalars)
@@ -157,20 +167,26 @@ class Checkpoints:
         """Whether a write to `array` must be protected first (some recorded gradient reads its contents)."""
         return id(array) in self.pending
 
-    def protect(self, array, name, writer, slices=None, scalars=(), bumps=1, element=None):
+    def protect(self, array, name, writer, slices=None, scalars=(), bumps=1, element=None, now=None):
         """Keep the rows of `array` that recorded gradients read and that `writer` (a description such as "the
         launch of kernel step") is about to change: the rows `slices` names for `scalars` (as in `need`), or
         the row of `element` (a flat element index: a host write `a[i] = v`), after which the array's version
-        has grown by `bumps`. Call before the write."""
-        watch = self._watch(array)
-        if watch is None:
+        has grown by `bumps`. Call before the write; or, `now` the array's version then, after it, for a
+        write that destroyed nothing a gradient reads (a launch a Tape followed from its plan)."""
+        if now is None:
+            now = array.version
+        watch = self.pending.get(id(array))
+        if watch is None or watch.expected != now and self._break(array, watch) is None:
             return
         rows = _rows_along(watch.axis, array, slices, scalars) if element is None else \
             _row_of_element(watch.axis, array, element)
         met = watch.take_meeting(rows)
-        watch.expected = array.version + bumps
+        watch.expected = now + bumps
         if not watch.needs:
             del self.pending[id(array)]
+        if met and now != array.version:   # (the contents are gone: a plan's Tape kept none, so none is due)
+            raise SpvadError(f"sp.Tape: internal error: {writer} destroyed contents of {name} that a gradient "
+                             "reads, in a launch the Tape followed from its plan")
         if met:
             rows = None if any(r is None for r in met.values()) else set().union(*met.values())
             kept = self._copy(array, name, writer, watch.axis, rows)

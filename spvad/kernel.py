@@ -75,6 +75,7 @@ class Kernel:
         self._grad_replay = None   # the last gradient launch, likewise
         self._random_key = None    # (runtime serial, key) of the latest forward launch drawing random numbers
         self._globals_seen = None  # (runtime serial, cache.global_values) at the first compile that succeeded
+        self.tape_recipes = {}     # what a Tape works out once per compiled kernel and arguments (tape.Recipe)
         # a kernel dropped by its program takes its pipelines and per-task buffers with it
         weakref.finalize(self, _release_compiled, self._cache)
 
@@ -260,15 +261,15 @@ class Kernel:
                 return self._launch_dual(modes.fwd[-1], args)
             recorder = modes.tapes[-1] if modes.tapes else None
             fast = self._replay
-            if fast is not None and (recorder is None or not tape.validating()):
+            if fast is not None and (recorder is None or not recorder.validation or not tape.validating()):
                 scalars = fast.new_scalars(self, args)   # the recorded list itself for the very same objects
                 if scalars is not None and (scalars is fast.scalars or fast.same_threads(scalars)):
                     if fast.draws_random:   # a new list: run() packs the push constants again
                         scalars = self._fresh_random_key(fast.ck, scalars)
                     entry = recorder and recorder.before_launch(self, fast.specs, fast.arrays(args),
-                                                                fast.captured(), scalars, fast.ck)
+                                                                fast.captured(), scalars, fast.ck, fast)
                     fast.run(args, scalars)
-                    if entry:
+                    if entry and entry.post:
                         recorder.after_launch(entry)
                     return
             self._launch(args, recorder)
@@ -291,7 +292,7 @@ class Kernel:
                             for a in args)   # a 0-d numpy array or a list could change in place
             self._replay = Replay(args, specs, scalars, records, ck, captured) \
                 if records is not None and immutable else None
-        if entry:
+        if entry and entry.post:
             recorder.after_launch(entry)
 
     def _launch_dual(self, mode, args):
@@ -445,12 +446,11 @@ class Kernel:
             captured = self.captured_now(self._compiled(specs))
         everything = arrays + captured
         fast = self._grad_replay
-        if views is None and fast is not None and fast.rerun(specs, everything, scalars):
+        if fast is not None and fast.rerun(specs, everything, scalars, views):
             return
         ck = self._compiled(specs, self.reverse_mode(everything), captured=captured)
         records = launch(ck, everything, scalars, views=views)
-        self._grad_replay = BoundReplay(specs, everything, records, ck) if records is not None and not views \
-            else None
+        self._grad_replay = BoundReplay(specs, everything, records, ck, views) if records is not None else None
 
     def spirv(self, *args, grad=False, **kwargs):
         args = self._positional(args, kwargs) if kwargs else args

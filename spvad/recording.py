@@ -10,6 +10,7 @@ from .errors import ArgumentError
 class _PerThread(threading.local):
     def __init__(self):
         self.tapes, self.fwd = [], []
+        self.plan = None   # tape_plan.Plan of the last Tape that made one
 
 
 modes = _PerThread()

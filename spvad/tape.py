@@ -14,11 +14,10 @@ from . import recording, runtime
 from . import types as T
 from .checkpoints import Checkpoints, StateView
 from .errors import ArgumentError, AutodiffRuleError
+from .frontend.random_numbers import random_key_index
 from .ndarray import Ndarray, live_with_grad, next_serial, set_on_device
+from .tape_plan import Follower, PlanBuilder, PlannedEntry, Step
 
-# kernel -> {(compiled kernel, .grad present per array, distinct arrays) -> (specs, compiled gradient, indices
-# of the arguments given a temporary .grad)}: what before_launch works out once, for every Tape after
-PLANS = weakref.WeakKeyDictionary()
 HOST_CALLS = {"fill": "{}.fill(...)", "from_numpy": "{}.from_numpy(...)", "setitem": "{}[...] = value"}
 
 
@@ -40,6 +39,7 @@ class Tape:
     the block. On exit it zeroes the .grad of every needs-grad ndarray the launches touched (unless
     clear_gradients=False), seeds loss.grad = 1 and runs the recorded gradients in reverse order, each
     seeing the array contents its launch saw."""
+    plans = True   # follows the plan of the thread's last Tape, and leaves its own (tape_plan.py)
 
     def __init__(self, loss=None, validation=False, checkpoint_budget=None, clear_gradients=True):
         if loss is not None:
@@ -61,6 +61,8 @@ class Tape:
         self.markers = {}         # id -> (ndarray, its read marker) for the access checker (validation)
         self.temporary = []       # arrays given a gradient companion for this Tape only
         self.checkpoints = Checkpoints(checkpoint_budget)
+        self.follower = None      # tape_plan.Follower: the plan this Tape follows while its launches match
+        self.builder = None       # tape_plan.PlanBuilder: this Tape's plan, while it can make one
 
     @property
     def checkpoint_bytes(self):
@@ -77,45 +79,110 @@ class Tape:
         return self.names.get(id(array)) or f"an ndarray of shape {array.shape}"
 
     # ---- recording ----
-    def before_launch(self, kernel, specs, arrays, captured, scalars, ck):
+    def before_launch(self, kernel, specs, arrays, captured, scalars, ck, replay=None):
         """Called before a launch is queued (`captured`: the ndarrays its global names refer to): notes what
         its gradient reads, gives temporary gradient companions where a gradient would otherwise stop, and
         keeps what the launch will overwrite. Returns the entry to complete with `after_launch`, or None
-        (launches inside a replaced function)."""
+        (launches inside a replaced function). `replay`: the launch's launch.Replay, which keeps its recipe."""
         everything = arrays + captured
+        if self.follower is not None:
+            step = None if self.inside_custom else self.follower.match(kernel, ck, arrays, everything, scalars)
+            if step is not None:
+                self._give_temporary_grads(step.recipe, arrays)
+                entry = PlannedEntry(kernel, step, arrays, scalars, everything)
+                self.entries.append(entry)
+                return entry
+            self._unfollow()
+        builder = self.builder
+        placed = self._register(kernel, ck, everything)
+        if self.inside_custom:   # a replaced function's launches only count for zeroing and writes
+            self._protect_writes(kernel, _writes(ck, everything), everything, scalars)
+            return None
+        recipe = self._recipe(kernel, specs, arrays, everything, ck, replay)
+        self._give_temporary_grads(recipe, arrays)
+        if builder is not None:
+            if recipe.draws_random:   # (a fresh random key at every launch: no Tape repeats it)
+                self.builder = None
+            else:
+                builder.steps.append(Step(weakref.ref(kernel), ck, recipe, placed[0], placed[1], scalars))
+        return self._record(kernel, recipe, arrays, everything, scalars)
+
+    def _register(self, kernel, ck, everything, versions=None):
+        """Every array of a launch has its gradient zeroed, and a name for messages; while the Tape makes a
+        plan, the plan places them (PlanBuilder.place's answer)."""
         known = self.arrays
+        if self.builder is not None:   # the plan's arrays are those known: only the new ones are
+            placed = self.builder.place(everything, versions)
+            for k in placed[2]:
+                known[id(everything[k])] = everything[k]
+                self.names.setdefault(id(everything[k]), _Name(kernel, ck, k))
+            return placed
         for k, a in enumerate(everything):
             if id(a) not in known:
                 known[id(a)] = a
                 self.names.setdefault(id(a), _Name(kernel, ck, k))
-        entry = None
-        if not self.inside_custom:   # a replaced function's launches only count for zeroing and writes
-            plans = PLANS.get(kernel)
-            if plans is None:
-                plans = PLANS[kernel] = {}
-            key = (ck, tuple([a.grad is not None for a in arrays]), len({id(a) for a in everything}))
-            plan = plans.get(key)
-            if plan is None:
-                plan = plans[key] = self._gradient_of(kernel, specs, arrays, everything)
-            specs, grad_ck, given = plan
-            for k in given:   # the plan's temporary .grad companions, for this launch's arrays
-                if arrays[k].grad is None:
-                    self._give_temporary_grad(arrays[k])
-            entry = LaunchEntry(kernel, specs, arrays, scalars, everything, grad_ck.facts.reads_after)
-            for ai, field, slices in grad_ck.facts.reads_before:
-                a = everything[ai]
-                entry.needs[(ai, field)] = (a.version, self.checkpoints.need(a, a.version, slices, scalars))
-            self.entries.append(entry)
-        written = {}   # id -> (array, rows, bumps): an array bound to several parameters is written by each
-        for ai, slices in ck.facts.primal_writes:
+        return None
+
+    def _give_temporary_grads(self, recipe, arrays):
+        for k in recipe.given:   # the recipe's temporary .grad companions, for this launch's arrays
+            if arrays[k].grad is None:
+                self._give_temporary_grad(arrays[k])
+
+    def _record(self, kernel, recipe, arrays, everything, scalars, versions=None):
+        """The entry of a launch (needs noted) and the copies of what it will overwrite; `versions`: those of
+        `everything` at the launch, when it ran already (default: now)."""
+        entry = LaunchEntry(kernel, recipe.specs, arrays, scalars, everything, recipe.post)
+        if recipe.post:
+            self.builder = None   # (plans hold no launch whose gradient reads what it left)
+        needs, need = entry.needs, self.checkpoints.need
+        for ai, key, slices in recipe.reads:
             a = everything[ai]
-            if self.checkpoints.watches(a):
-                _, before, bumps = written.get(id(a), (a, slices, 0))
-                written[id(a)] = (a, slices if before is slices else _merged(before, slices), bumps + 1)
-        for a, slices, bumps in written.values():
-            self.checkpoints.protect(a, self.names[id(a)], f"the launch of kernel {kernel.name}", slices, scalars,
-                                     bumps)
+            version = a.version if versions is None else versions[ai]
+            needs[key] = (version, need(a, version, slices, scalars))
+        self.entries.append(entry)
+        self._protect_writes(kernel, recipe.writes if recipe.writes is not None else _writes(recipe.ck, everything),
+                             everything, scalars, versions)
         return entry
+
+    def _protect_writes(self, kernel, writes, everything, scalars, versions=None):
+        pending = self.checkpoints.pending
+        for ai, slices, bumps in writes:
+            a = everything[ai]
+            if id(a) in pending:
+                self.checkpoints.protect(a, self.names[id(a)], _Writer(kernel), slices, scalars, bumps,
+                                         now=None if versions is None else versions[ai])
+
+    def _unfollow(self):
+        """Stop following the plan: record the launches matched so far as the full path would have, with the
+        versions they saw (tape_plan.py). Their gradients read their arrays' own buffers, so no copy is due."""
+        follower, self.follower = self.follower, None
+        if follower is None:
+            return
+        planned, self.entries = self.entries, []
+        for entry in planned:
+            step, versions = entry.step, follower.versions(entry.step)
+            self._register(entry.kernel, step.ck, entry.everything, versions)
+            if self.builder is not None:
+                self.builder.steps.append(step)   # (placed as this Tape places them: the same)
+            self._record(entry.kernel, step.recipe, entry.arrays, entry.everything, entry.scalars, versions)
+
+    def _recipe(self, kernel, specs, arrays, everything, ck, replay):
+        """What every launch of `ck` with these arrays' .grad present (and as many distinct arrays) does under a
+        Tape, worked out once (Recipe): kept by the kernel, and by `replay` for its own arrays."""
+        grads = tuple([a.grad is not None for a in arrays])
+        if replay is not None:   # the very same objects at every launch: the number of distinct ones holds
+            recipe = replay.tape_recipes.get(grads)
+            if recipe is not None:
+                return recipe
+        key = (ck, grads, len({id(a) for a in everything}))
+        recipe = kernel.tape_recipes.get(key)
+        if recipe is None:
+            recipe = kernel.tape_recipes[key] = Recipe(ck, grads, *self._gradient_of(kernel, specs, arrays,
+                                                                                    everything),
+                                                     key[2] == len(everything))
+        if replay is not None:
+            replay.tape_recipes[grads] = recipe
+        return recipe
 
     def after_launch(self, entry):
         """The contents a launch left, for gradients that read them (atomic max/min winners)."""
@@ -147,6 +214,8 @@ class Tape:
 
     def host_write(self, array, what, index):
         """Called by ndarray before `fill`, `from_numpy` or `a[i] = v` changes `array`."""
+        self._unfollow()
+        self.builder = None
         if array.serial > self.first_serial and id(array) not in self.arrays:
             return   # the initialisation of an array born in the block: it overwrites nothing a launch saw
         call = HOST_CALLS[what].format(self.name_of(array))
@@ -169,6 +238,9 @@ class Tape:
             with runtime.LOCK:
                 self.loss.zero_on_device(host_write=True)   # (an outer Tape sees a host write)
         self.first_serial = next_serial()
+        if self.plans and not self.validation:
+            self.follower = Follower.of(recording.modes.plan, runtime.get())
+            self.builder = PlanBuilder()
         recording.stack().append(self)
         return self
 
@@ -183,6 +255,7 @@ class Tape:
     def backward(self):
         with runtime.LOCK:   # launches, fills and copies of one thread's backward pass stay together
             try:
+                self._conclude_plan()
                 self._start_gradients()
                 runtime.get().device.submit()   # the forward runs while the backward is recorded
                 for entry in reversed(self.entries):
@@ -190,6 +263,20 @@ class Tape:
                 runtime.sync()   # the only wait: the forward and the backward run as queued
             finally:
                 self._release()
+
+    def _conclude_plan(self):
+        """At the end of the recording: a Tape that followed its plan to the end zeroes the plan's arrays'
+        gradients; one that did not records what it followed in full; one that recorded only launches and
+        kept nothing leaves its plan to the next Tape of this thread."""
+        follower = self.follower
+        if follower is not None and follower.finished():
+            self.arrays = {id(a): a for a in follower.live}
+            return
+        self._unfollow()
+        cp = self.checkpoints
+        if self.builder is not None and not (cp.nbytes or cp.kept or cp.broken or cp.scratch):
+            recording.modes.plan = self.builder.plan(runtime.get())
+        self.builder = None
 
     def _start_gradients(self):
         """Zero the .grad of every array the launches touched (unless clear_gradients=False) and set
@@ -220,6 +307,44 @@ def _merged(a, b):
     return {axis: tuple(sorted(set(a[axis]) | set(b[axis]))) for axis in a if axis in b} or None
 
 
+def _writes(ck, everything):
+    """(array index, rows, writes) per array a launch of `ck` writes: an array bound to several parameters is
+    written by each (the rows they touch together, and one version bump each)."""
+    written = {}   # id -> (array index, rows, bumps)
+    for ai, slices in ck.facts.primal_writes:
+        at, before, bumps = written.get(id(everything[ai]), (ai, slices, 0))
+        written[id(everything[ai])] = (at, slices if before is slices else _merged(before, slices), bumps + 1)
+    return written.values()
+
+
+class Recipe:
+    """What a Tape does at every launch of a compiled kernel with the same arguments' .grad present and as many
+    distinct arrays (`grads`: .grad present per argument, before the temporary ones), worked out at the first:
+    the gradient's specs and compiled kernel, the arguments given a
+    temporary .grad, the contents the gradient reads ((array index, (index, field), rows) PRE; POST as
+    ArrayFacts.reads_after) and, when no array is bound twice, what the launch writes (as _writes; None: work
+    it out per launch)."""
+    __slots__ = ("ck", "grads", "specs", "grad_ck", "given", "reads", "post", "writes", "draws_random")
+
+    def __init__(self, ck, grads, specs, grad_ck, given, distinct):
+        self.ck, self.grads, self.specs, self.grad_ck, self.given = ck, grads, specs, grad_ck, given
+        self.reads = tuple((ai, (ai, field), slices) for ai, field, slices in grad_ck.facts.reads_before)
+        self.post = grad_ck.facts.reads_after
+        self.writes = tuple((ai, slices, 1) for ai, slices in ck.facts.primal_writes) if distinct else None
+        self.draws_random = random_key_index(ck.ir) is not None
+
+
+class _Writer:
+    """"the launch of kernel NAME", for a message that may never be written."""
+    __slots__ = ("kernel",)
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __str__(self):
+        return f"the launch of kernel {self.kernel.name}"
+
+
 class _Name:
     """How messages name an ndarray ("'x' (kernel step)"): the parameter name is looked up only when a message
     is written, not at every launch that first meets an array."""
@@ -242,20 +367,21 @@ class LaunchEntry:
         self.post = post               # (array index, field, rows) read as the launch left them
 
     def backward(self, tape):
-        buffers = {}
+        buffers = None   # array index -> {field: buffer}, where one is not the array's own
         for (ai, field), (version, rows) in self.needs.items():
             a = self.everything[ai]
             if a.version == version:   # unchanged since: the array's own buffer
                 continue
-            buffers.setdefault(ai, {})[field] = tape.checkpoints.buffer_of(a, version, rows, tape.name_of(a),
-                                                                           self.kernel.name, field)
-        views = {}
-        for ai, fields in buffers.items():
-            a = self.everything[ai]
-            primal, final = fields.get("primal", a.buffer), fields.get("final", a.buffer)
-            if primal is not a.buffer or final is not a.buffer:
-                views[ai] = StateView(a, primal, final)
-        self.kernel.grad_bound(self.specs, self.arrays, self.scalars, views or None,
+            buffer = tape.checkpoints.buffer_of(a, version, rows, tape.name_of(a), self.kernel.name, field)
+            if buffer is not a.buffer:
+                buffers = buffers or {}
+                buffers.setdefault(ai, {})[field] = buffer
+        views = None
+        if buffers:
+            views = {ai: StateView(self.everything[ai], fields.get("primal", self.everything[ai].buffer),
+                                   fields.get("final", self.everything[ai].buffer))
+                     for ai, fields in buffers.items()}
+        self.kernel.grad_bound(self.specs, self.arrays, self.scalars, views,
                                captured=self.everything[len(self.arrays):])
 
 
@@ -309,6 +435,8 @@ class CustomGradient:
         tape = recording.current()
         if tape is None:
             return self.fn(*args, **kwargs)
+        tape._unfollow()
+        tape.builder = None
         entry = None
         if not tape.inside_custom:   # nested in another replaced function: the outer gradient covers it
             entry = CustomEntry(self, args, kwargs)

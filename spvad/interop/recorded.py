@@ -10,6 +10,7 @@ from ..tape import Tape
 class HeldTape(Tape):
     """A Tape whose recording outlives its backward passes: torch may differentiate one call several times
     (retain_graph=True; gradcheck does). Its kept copies and temporary gradients go with the call."""
+    plans = False   # its entries outlive its backward passes (and it is never entered: no plan either way)
 
     def _release(self):
         pass   # Tape.backward releases at its end; this Tape releases in close()

@@ -83,6 +83,10 @@ def evaluate(exprs, scalars, num_rows):
     None (every row) when `exprs` is None or a row falls outside 0 .. num_rows - 1 (an out-of-bounds access)."""
     if exprs is None:
         return None
+    if len(exprs) == 1 and len(exprs[0][0]) == 1:   # one row moving with one scalar (x[t + 1]): a Tape's time
+        (((k, c),), row) = exprs[0]                  # loop asks at every launch
+        row += c * int(scalars[k])
+        return {row} if 0 <= row < num_rows else None
     known = _CONSTANT_ROWS.get(id(exprs))
     if known is not None and known[0] is exprs and known[1] == num_rows:
         return known[2]

@@ -47,6 +47,7 @@ class Replay:
         n = len(self.positions)   # what a launch writes, by argument position / captured object
         self.written_args = [(self.positions[ai], f) for ai, f in ck.facts.writes if ai < n]
         self.written_captured = [(ai - n, f) for ai, f in ck.facts.writes if ai >= n]
+        self.tape_recipes = {}   # .grad present per array argument -> what a Tape does at each launch (tape.py)
 
     def new_scalars(self, kernel, args):
         """Same ndarrays, other scalar values of the same dtypes (e.g. a time-step index): the checked
@@ -109,19 +110,22 @@ def _admits(kernel, k, spec, a):
 
 class BoundReplay:
     """A gradient launch's dispatches (no adstacks), repeated for already-checked arguments with the same
-    ndarrays (those of the global names included) and scalar dtypes: a Tape replaying a time loop only
-    repacks the push constants."""
+    ndarrays (those of the global names included), the same kept contents bound in place of some (`views`,
+    a Tape's StateViews: the same buffers) and scalar dtypes: a Tape replaying a time loop only repacks the
+    push constants."""
 
-    def __init__(self, specs, arrays, records, ck):
+    def __init__(self, specs, arrays, records, ck, views=None):
         self.rt = runtime.current()
         # the recorded dispatches bind these .grad buffers: a Tape's temporary .grad is a new one each time
         self.bound = [(weakref.ref(a), a.grad is not None and weakref.ref(a.grad)) for a in arrays]
+        self.views = view_buffers(views)   # (held by the records too)
         self.specs, self.dtypes = specs, _scalar_dtypes(specs)
         self.records, self.live, self.ck = records, [r for r in records if r.recorded is not None], ck
         self.threads_fixed = all(r.threads_fixed for r in records)
 
-    def rerun(self, specs, arrays, scalars):
-        if self.rt is not runtime.current() or self.dtypes is None or len(arrays) != len(self.bound):
+    def rerun(self, specs, arrays, scalars, views=None):
+        if self.rt is not runtime.current() or self.dtypes is None or len(arrays) != len(self.bound) or \
+                (views or self.views) and view_buffers(views) != self.views:
             return False
         for (ref, grad), a in zip(self.bound, arrays):
             if ref() is not a or (grad() if grad else None) is not a.grad:
@@ -132,6 +136,13 @@ class BoundReplay:
         relaunch(self.live, scalars)
         bump_versions(self.ck.facts.writes, arrays)
         return True
+
+
+def view_buffers(views):
+    """((array index, primal buffer, final buffer), ...) that `views` (index -> StateView) bind: () for none."""
+    if not views:
+        return ()
+    return tuple((k, views[k].buffer, views[k].final_buffer) for k in sorted(views))
 
 
 def _scalar_dtypes(specs):
