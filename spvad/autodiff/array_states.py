@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from ..ir import nodes as N
 from ..ir.ops import Op
-from ..ir.rows import accessed_rows
+from ..ir.rows import accessed_rows, row_expr
 from .activity import varied_outputs
 
 PRE, POST = "pre", "post"
@@ -87,7 +87,9 @@ class _Access(NamedTuple):
 def load_phases(task):
     """{array index: phases of its primal loads}: which of the task's own writes to that array a load sees.
     "before": no write can precede the load in its thread; "after": writes can precede it, none can change
-    what it read afterwards; "middle": both (the element a loop reads is rewritten by a later iteration)."""
+    what it read afterwards; "middle": both (the element a loop reads is rewritten by a later iteration).
+    A load no write of the task reaches (_distinct) reads the same value in either phase: it takes the phase
+    of the array's other loads, so that they agree on one state."""
     loads, writes, loops_of = [], {}, {}
 
     def visit(block, loops, ifs):
@@ -104,18 +106,32 @@ def load_phases(task):
 
     visit(task.body, frozenset(), frozenset())
     invariance = _LoopInvariance(loops_of)
-    phases = {}
+    phases, untouched = {}, {}
     for a, load in loads:
-        seen = {_write_order(w, load, invariance) for w in writes.get(a, ())}
-        before, after = "before" in seen or "both" in seen, "after" in seen or "both" in seen
-        phases.setdefault(a, set()).add("middle" if before and after else "after" if before else "before")
+        ws = writes.get(a, ())
+        meeting = [w for w in ws if not _distinct(w.indices, load.indices)]
+        if ws and not meeting:   # no write of the task reaches the element: its value is either phase's
+            untouched.setdefault(a, set()).add(_phase({_write_order(w, load, invariance) for w in ws}))
+        else:
+            phases.setdefault(a, set()).add(_phase({_write_order(w, load, invariance) for w in meeting}))
+    for a, by_order in untouched.items():
+        # join the other loads of the array; alone, the phase their order gives where it is one, else before
+        # (`x[t + 1] = f(x[t]); y = x[t]`: what the launch found)
+        if a not in phases:
+            phases[a] = by_order if len(by_order) == 1 else {"before"}
     return phases
+
+
+def _phase(orders):
+    """A load's phase from the orders (_write_order) of the writes that can reach its element."""
+    before, after = "before" in orders or "both" in orders, "after" in orders or "both" in orders
+    return "middle" if before and after else "after" if before else "before"
 
 
 def _write_order(write, load, invariance):
     """How `write` can change the element `load` reads: before the load ("before"), after it ("after") or
     both. Outside a common loop, by their order. In a loop around both, a write that
-    - never addresses that element (a constant index differs) counts as before;
+    - never addresses that element (an index differs by a constant: _distinct) counts as before;
     - addresses the same element in every iteration of one of those loops rewrites what the load read
       ("both": `for k: v = x[i]; x[i] = f(v)`, `while x[j] < c: x[i] = ...`), unless it comes first and
       runs in one iteration of each such loop (`for k: if k == 0: x[i] = ...`);
@@ -146,9 +162,17 @@ def _pins(cond, loop, invariance):
 
 
 def _distinct(a, b):
-    """True when index tuples `a` and `b` can never address the same element (a constant differs)."""
-    return len(a) == len(b) and any(isinstance(x, N.Const) and isinstance(y, N.Const) and x.value != y.value
-                                    for x, y in zip(a, b))
+    """True when index tuples `a` and `b` never address the same element, in any two threads or iterations:
+    along some axis they are `u + c1` and `u + c2`, c1 != c2, with `u` the same everywhere (the launch's
+    scalars, constants: ir/rows.py's row expressions; `x[t + 1, i]`, `x[t, j]`). In-bounds indices assumed,
+    as everywhere (the access checker, debug=True, verifies them on the device)."""
+    return len(a) == len(b) and any(_apart(row_expr(x), row_expr(y)) for x, y in zip(a, b))
+
+
+def _apart(x, y):
+    """Row expressions whose rows always differ: the same terms, offsets that differ modulo 2**32 (the
+    device's integers wrap; 64-bit ones too, then a fortiori)."""
+    return x is not None and y is not None and x[0] == y[0] and (x[1] - y[1]) % 2 ** 32 != 0
 
 
 class _LoopInvariance:
