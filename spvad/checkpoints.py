@@ -133,26 +133,23 @@ class Checkpoints:
         self.arena = Arena()
         self.scratch = {}   # (id(array), field) -> [full-size buffer gradients bind, (version, rows) it holds]
 
-    def _watch(self, array):
-        """The array's watch while its needs hold; a write the Tape did not see (another thread, a direct
-        buffer write) breaks them all: buffer_of refuses them."""
+    def _watch(self, array, version):
+        """The array's watch while its needs hold, `version` being the array's version (now, or at a launch a
+        Tape followed from its plan); a write the Tape did not see (another thread, a direct buffer write)
+        breaks them all: buffer_of refuses them."""
         watch = self.pending.get(id(array))
-        if watch is not None and watch.expected != array.version:
-            return self._break(array, watch)
+        if watch is not None and watch.expected != version:
+            self.broken.update((id(array), v) for v in watch.needs)
+            del self.pending[id(array)]
+            return None
         return watch
-
-    def _break(self, array, watch):
-        self.broken.update((id(array), v) for v in watch.needs)
-        del self.pending[id(array)]
 
     def need(self, array, version, slices=None, scalars=()):
         """A recorded gradient reads `array` as it is at `version` (its version now, or at a launch a Tape
         followed from its plan, tape_plan.py): the rows `slices` names for the launch's `scalars` ({axis: row
         expressions} of ir/rows.py; None: all). Returns those rows along the array's axis (None: all), for
         buffer_of."""
-        watch = self.pending.get(id(array))   # (_watch, inlined: a Tape asks at every launch)
-        if watch is not None and watch.expected != version:
-            watch = self._break(array, watch)
+        watch = self._watch(array, version)
         if watch is None or watch.axis is None and not watch.needs:
             axis, rows = _best_axis(array, slices, scalars)
             if watch is None:
@@ -175,8 +172,8 @@ class Checkpoints:
         write that destroyed nothing a gradient reads (a launch a Tape followed from its plan)."""
         if now is None:
             now = array.version
-        watch = self.pending.get(id(array))
-        if watch is None or watch.expected != now and self._break(array, watch) is None:
+        watch = self._watch(array, now)
+        if watch is None:
             return
         rows = _rows_along(watch.axis, array, slices, scalars) if element is None else \
             _row_of_element(watch.axis, array, element)
@@ -223,7 +220,7 @@ class Checkpoints:
         if array.version == version:
             return array.buffer
         key = (id(array), version)
-        watch = self._watch(array)
+        watch = self._watch(array, array.version)
         pending = watch is not None and version in watch.needs
         left = watch.needs[version] if pending else set()   # rows still in the array's buffer (None: all)
         parts = self.kept.get(key, ())

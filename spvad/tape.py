@@ -145,12 +145,16 @@ class Tape:
         return entry
 
     def _protect_writes(self, kernel, writes, everything, scalars, versions=None):
-        pending = self.checkpoints.pending
         for ai, slices, bumps in writes:
             a = everything[ai]
-            if id(a) in pending:
+            if self.checkpoints.watches(a):
                 self.checkpoints.protect(a, self.names[id(a)], _Writer(kernel), slices, scalars, bumps,
                                          now=None if versions is None else versions[ai])
+
+    def stop_plans(self):
+        """A host write or a custom gradient: this Tape neither follows a plan further nor makes one."""
+        self._unfollow()
+        self.builder = None
 
     def _unfollow(self):
         """Stop following the plan: record the launches matched so far as the full path would have, with the
@@ -214,8 +218,7 @@ class Tape:
 
     def host_write(self, array, what, index):
         """Called by ndarray before `fill`, `from_numpy` or `a[i] = v` changes `array`."""
-        self._unfollow()
-        self.builder = None
+        self.stop_plans()
         if array.serial > self.first_serial and id(array) not in self.arrays:
             return   # the initialisation of an array born in the block: it overwrites nothing a launch saw
         call = HOST_CALLS[what].format(self.name_of(array))
@@ -320,10 +323,9 @@ def _writes(ck, everything):
 class Recipe:
     """What a Tape does at every launch of a compiled kernel with the same arguments' .grad present and as many
     distinct arrays (`grads`: .grad present per argument, before the temporary ones), worked out at the first:
-    the gradient's specs and compiled kernel, the arguments given a
-    temporary .grad, the contents the gradient reads ((array index, (index, field), rows) PRE; POST as
-    ArrayFacts.reads_after) and, when no array is bound twice, what the launch writes (as _writes; None: work
-    it out per launch)."""
+    the gradient's specs and compiled kernel, the arguments given a temporary .grad, the contents the gradient
+    reads ((array index, (index, field), rows) PRE; POST as ArrayFacts.reads_after) and, when no array is
+    bound twice, what the launch writes (as _writes; None: work it out per launch)."""
     __slots__ = ("ck", "grads", "specs", "grad_ck", "given", "reads", "post", "writes", "draws_random")
 
     def __init__(self, ck, grads, specs, grad_ck, given, distinct):
@@ -435,8 +437,7 @@ class CustomGradient:
         tape = recording.current()
         if tape is None:
             return self.fn(*args, **kwargs)
-        tape._unfollow()
-        tape.builder = None
+        tape.stop_plans()
         entry = None
         if not tape.inside_custom:   # nested in another replaced function: the outer gradient covers it
             entry = CustomEntry(self, args, kwargs)

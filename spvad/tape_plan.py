@@ -118,4 +118,4 @@ class PlannedEntry:
 
     def backward(self, tape):
         self.kernel.grad_bound(self.step.recipe.specs, self.arrays, self.scalars, None,
-                                    captured=self.everything[len(self.arrays):])
+                               captured=self.everything[len(self.arrays):])
