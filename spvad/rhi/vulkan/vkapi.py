@@ -215,15 +215,10 @@ def check(result, fn_name, context=""):
     return result
 
 
-def void_ptr(data):
-    """`void*` for bytes / bytearray / numpy data: the package refuses plain Python objects there."""
-    return ffi.from_buffer(data)
-
-
 def enumerate_names(items, attr):
     """Names from an enumeration result (the package returns StrWrap-decoded strings)."""
     return {getattr(i, attr) for i in items}
 
 
 __all__ = ["vk", "ffi", "lib", "NULL", "WHOLE_SIZE", "Collector", "call", "check", "messenger_info",
-           "result_of", "result_name", "void_ptr", "PipelineCreationError", "DeviceError"]
+           "result_of", "result_name", "PipelineCreationError", "DeviceError"]
