@@ -295,10 +295,10 @@ MAX_WHILE_ITERATIONS = 10_000_000
 
 
 class _AdStack:
-    """Per-thread adstack. Overflow choice (mirrored by the SPIR-V lowering): `count` always tracks the
-    logical depth, so pushes and pops stay balanced after an overflow; entries are written only while
-    count < capacity; loads clamp their index to capacity-1; an adjoint accumulation into an entry that
-    was never stored is dropped. The depth that would have been needed is the logical depth."""
+    """Per-thread adstack. Overflow choice (mirrored by the SPIR-V lowering, whose pushes are branch-free):
+    `count` always tracks the logical depth, so pushes and pops stay balanced after an overflow; a push
+    past the capacity writes the last entry; loads and adjoint accumulations clamp their index to
+    capacity-1. The depth that would have been needed is the logical depth (the launch fails at sync)."""
 
     def __init__(self, stmt, capacities):
         cap = capacities.get(stmt.capacity_spec_id, stmt.capacity)   # a capacity chosen at launch wins
@@ -417,9 +417,9 @@ class _Thread:
             return
         st = self.stacks[s.stack]
         if isinstance(s, N.AdStackPush):
-            if st.count < st.cap:
-                st.primal[st.count] = self.env[s.value]
-                st.adjoint[st.count] = to_scalar(0, st.dtype)
+            k = min(st.count, st.cap - 1)
+            st.primal[k] = self.env[s.value]
+            st.adjoint[k] = to_scalar(0, st.dtype)
             st.count += 1
             if st.count > st.cap:
                 self.run.overflow(s.stack, st.count)
@@ -433,8 +433,7 @@ class _Thread:
             self.env[s] = st.adjoint[st.top()]
         elif isinstance(s, N.AdStackAccAdjoint):
             k = st.top()
-            if st.count <= st.cap:
-                st.adjoint[k] = eval_op(Op.ADD, st.dtype, [st.adjoint[k], self.env[s.value]])
+            st.adjoint[k] = eval_op(Op.ADD, st.dtype, [st.adjoint[k], self.env[s.value]])
         else:
             raise InterpError(f"cannot interpret {type(s).__name__}")
 

@@ -209,7 +209,7 @@ class _Lowerer:
         tid = f.emit(Op.OpIAdd, u32, f.emit(Op.OpIMul, u32, group, group_x),
                      f.emit(Op.OpLoad, u32, local))
         self.tid = self.emit(Op.OpBitcast, T.i32, tid)
-        if lay.loop_check:   # every loop iteration of the thread, counted (see check_iteration_cap)
+        if lay.loop_check:   # every loop iteration of the thread, counted (see iteration_cap_reached)
             self.iterations = f.local_variable(self.m.type_pointer(StorageClass.Function, u32))
             f.emit_void(Op.OpStore, self.iterations, self.u32c(0))
         self.adstacks.declare(tid)
@@ -224,8 +224,7 @@ class _Lowerer:
             lower_coarse.emit(self, n)
         else:
             self.if_then_else(self.emit(Op.OpSLessThan, T.u1, self.tid, n), self.task.body, None)
-        if lay.loop_check:
-            self.check_iteration_cap()
+        self.mem.flag_thread_end(self.adstacks.overflows(), self.iteration_cap_reached())
         self.mem.bounds.finish()   # the thread's first out-of-bounds access, if any, to the flag buffer
         if f.in_block:
             f.emit_void(Op.OpReturn)
@@ -362,16 +361,17 @@ class _Lowerer:
             self.f.emit_void(Op.OpStore, self.iterations,
                              self.f.emit(Op.OpIAdd, u32, self.f.emit(Op.OpLoad, u32, self.iterations), self.u32c(1)))
 
-    def check_iteration_cap(self):
-        """lavapipe (gallivm) silently stops all loops of a thread once they have run 65,535 iterations in
-        total. A thread that reached the cap is flagged (one that needed exactly the cap is flagged too).
-        Counting beats checking each loop's exit: the driver's compiler proves the exit condition true after
-        a loop whose only exit is its break, and drops such a check (a `while` ran 65,535 of 100,000
-        iterations with no error)."""
+    def iteration_cap_reached(self):
+        """Whether the thread's loops reached lavapipe's cap (None when not counted): gallivm silently stops
+        all loops of a thread once they have run 65,535 iterations in total, so such a thread is flagged (one
+        that needed exactly the cap is flagged too). Counting beats checking each loop's exit: the driver's
+        compiler proves the exit condition true after a loop whose only exit is its break, and drops such a
+        check (a `while` ran 65,535 of 100,000 iterations with no error)."""
+        if not self.mem.lay.loop_check:
+            return None
         u32 = self.ty(T.u32)
-        reached = self.emit(Op.OpUGreaterThanEqual, T.u1, self.f.emit(Op.OpLoad, u32, self.iterations),
-                            self.u32c(LOOP_ITERATION_CAP))
-        self.when(reached, self.mem.flag_loop_cut)
+        return self.emit(Op.OpUGreaterThanEqual, T.u1, self.f.emit(Op.OpLoad, u32, self.iterations),
+                         self.u32c(LOOP_ITERATION_CAP))
 
     def when(self, cond, body):
         """if cond { body() }: `body` emits the branch itself (for IR blocks, see if_then_else)."""

@@ -421,19 +421,36 @@ class Memory:
         L.begin(merge)
         return old
 
-    def flag_loop_cut(self):
-        """Record that a loop stopped before its exit condition held (lavapipe's iteration cap)."""
-        L = self.L
-        word_t = L.m.type_pointer(StorageClass.StorageBuffer, self.u32)
-        word = L.f.emit(Op.OpAccessChain, word_t, self.flag, L.i32c(0), L.i32c(self.lay.loop_cut_word))
-        L.f.emit(Op.OpAtomicOr, self.u32, word, self.scope, self.relaxed, L.u32c(1))
-
-    # ---- adstack overflow (the stacks themselves are in lower_adstack.py) ----
-    def flag_overflow(self, k, depth):
-        """Set bit k of flag word 0 and raise depth word k to `depth` (atomics: threads race here)."""
+    def flag_thread_end(self, overflows, loop_cut):
+        """At the thread's end, one branch taken only on error: sets bit k of flag word 0 and raises depth word
+        k for each overflowed stack (`overflows`: (k, overflowed, depth)), and the loop-cut word when
+        `loop_cut` (lavapipe's iteration cap reached; None: not counted). Atomics: threads race here; with
+        several conditions each operand is selected (an OR of 0 and a max with 0 change nothing)."""
         L, f, u32 = self.L, self.L.f, self.u32
+        conds = [over for _, over, _ in overflows] + ([loop_cut] if loop_cut is not None else [])
+        if not conds:
+            return
+        pick = (lambda cond, v: v) if len(conds) == 1 else \
+            (lambda cond, v: f.emit(Op.OpSelect, u32, cond, v, L.u32c(0)))
         word_t = L.m.type_pointer(StorageClass.StorageBuffer, u32)
-        bits = f.emit(Op.OpAccessChain, word_t, self.flag, L.i32c(0), L.i32c(0))
-        f.emit(Op.OpAtomicOr, u32, bits, self.scope, self.relaxed, L.u32c(1 << min(k, MAX_FLAG_BIT)))
-        word = f.emit(Op.OpAccessChain, word_t, self.flag, L.i32c(0), L.i32c(N.FLAG_WORDS_HEADER + k))
-        f.emit(Op.OpAtomicUMax, u32, word, self.scope, self.relaxed, depth)
+
+        def word(i):
+            return f.emit(Op.OpAccessChain, word_t, self.flag, L.i32c(0), L.i32c(i))
+
+        def flag():
+            if overflows:
+                bits = [pick(over, L.u32c(1 << min(k, MAX_FLAG_BIT))) for k, over, _ in overflows]
+                while len(bits) > 1:
+                    bits = [f.emit(Op.OpBitwiseOr, u32, bits[0], bits[1])] + bits[2:]
+                f.emit(Op.OpAtomicOr, u32, word(0), self.scope, self.relaxed, bits[0])
+            for k, over, depth in overflows:
+                f.emit(Op.OpAtomicUMax, u32, word(N.FLAG_WORDS_HEADER + k), self.scope, self.relaxed,
+                       pick(over, depth))
+            if loop_cut is not None:
+                f.emit(Op.OpAtomicOr, u32, word(self.lay.loop_cut_word), self.scope, self.relaxed,
+                       pick(loop_cut, L.u32c(1)))
+
+        cond = conds[0]
+        for c in conds[1:]:
+            cond = L.emit(Op.OpLogicalOr, T.u1, cond, c)
+        L.when(cond, flag)

@@ -27,7 +27,8 @@ S, STEPS = 0.3, 5
 # the kernels the reference shaders are the gradients of: tests/common_kernels.py (sin_out, sin_steps, flip)
 
 
-# ---- the oracle: adstack semantics of spvad/ir/interp.py on Python values --------------------------------
+# ---- the oracle: the reference shaders' adstack semantics on Python values (their pushes branch; spvad's
+# clamp onto the last entry since, which changes values only after an overflow, never the flag words) -------
 class Stack:
     """count always moves; entries are written only while count < cap; loads read min(count, cap) - 1;
     an adjoint is accumulated only while count <= cap. Records the depth an overflow needed."""
