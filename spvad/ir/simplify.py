@@ -57,20 +57,21 @@ def _const_key(value, dtype):
     return ("const", dtype.name, repr(to_scalar(value, dtype).item()))
 
 
+# The key of a value CSE may replace by an equal one, per node kind (by exact type: one lookup per statement,
+# most of which have none)
+_CSE_KEYS = {
+    N.Const: lambda s: _const_key(s.value, s.dtype),
+    N.ScalarArg: lambda s: ("arg", id(s.param)),
+    N.ArrayShape: lambda s: ("shape", id(s.array), s.axis),
+    N.ThreadIndex: lambda s: ("tid", s.dtype.name),
+    N.LoopIndex: lambda s: ("loop", id(s.loop), s.dtype.name),
+    N.Compute: lambda s: ("op", s.op, s.dtype.name, tuple(id(a) for a in s.args)),
+}
+
+
 def _cse_key(s):
-    if isinstance(s, N.Const):
-        return _const_key(s.value, s.dtype)
-    if isinstance(s, N.ScalarArg):
-        return ("arg", id(s.param))
-    if isinstance(s, N.ArrayShape):
-        return ("shape", id(s.array), s.axis)
-    if isinstance(s, N.ThreadIndex):
-        return ("tid", s.dtype.name)
-    if isinstance(s, N.LoopIndex):
-        return ("loop", id(s.loop), s.dtype.name)
-    if isinstance(s, N.Compute):
-        return ("op", s.op, s.dtype.name, tuple(id(a) for a in s.args))
-    return None
+    key = _CSE_KEYS.get(type(s))
+    return None if key is None else key(s)
 
 
 def _is_const(s, value):
