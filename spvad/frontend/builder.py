@@ -86,16 +86,7 @@ class KernelBuilder(TasksMixin, ExprVisitor):
                 scope.names[a.arg] = p
         self.scope = scope
         body = self.src.body_without_docstring()
-        # names assigned somewhere other than a plain top-level `name = expr` (inside loops or ifs, or by
-        # augmented assignment): those are variables, never lazily re-evaluated expressions
-        top_level = {id(t) for st in body if isinstance(st, ast.Assign) for t in st.targets}
-        self.variables = set()
-        for node in ast.walk(self.src.tree):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-                node, (ast.AugAssign, ast.AnnAssign, ast.For)) else []
-            for t in targets:
-                if id(t) not in top_level:
-                    self.variables |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+        self.variables = self.src.variables()
         serial = []
         for stmt in body:
             if isinstance(stmt, ast.For) and not self.is_static_iter(stmt.iter):

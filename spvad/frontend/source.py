@@ -9,6 +9,7 @@ from ..ir.nodes import Loc
 
 _MISSING = object()
 _parsed = {}   # code object -> (AST, file name, first line, lines)
+_variables = {}   # id of a function's AST -> (the AST, FunctionSource.variables of it)
 
 
 def _parse(fn):
@@ -107,6 +108,7 @@ class FunctionSource:
             parsed = _parse(fn)
             if len(_parsed) > 512:
                 _parsed.clear()
+                _variables.clear()
             _parsed[fn.__code__] = parsed
         tree, filename, first, lines = parsed
         return cls(fn, tree, filename, first, lines)
@@ -142,6 +144,24 @@ class FunctionSource:
                 and isinstance(body[0].value.value, str):
             body = body[1:]
         return body
+
+    def variables(self):
+        """Names assigned somewhere other than a plain top-level `name = expr` (inside loops or ifs, or by
+        augmented assignment): those are variables, never lazily re-evaluated expressions. Worked out once
+        per AST (a kernel's gradient builds it again)."""
+        known = _variables.get(id(self.tree))
+        if known is not None and known[0] is self.tree:
+            return known[1]
+        top_level = {id(t) for st in self.body_without_docstring() if isinstance(st, ast.Assign) for t in st.targets}
+        out = set()
+        for node in ast.walk(self.tree):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, (ast.AugAssign, ast.AnnAssign, ast.For)) else []
+            for t in targets:
+                if id(t) not in top_level:
+                    out |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+        _variables[id(self.tree)] = (self.tree, frozenset(out))
+        return _variables[id(self.tree)][1]
 
     def assigned_names(self):
         """Names the function assigns to, whole or in part (`v = ..`, `v[k] = ..`, `v.x += ..`)."""

@@ -74,15 +74,16 @@ def always_starts(loop):
 def _invariants(loop, starts, guard_loads, distinct):
     """Top-level statements of `loop`'s body that compute the same in every iteration, in body order:
     when the loop may not start, no trapping op, and loads only as `guard_loads` allows."""
-    stored_slots, written = set(), set()
+    stored_slots, written, inside = set(), set(), set()
     for s in N.walk(loop.body):
+        inside.add(s)
         if isinstance(s, N.LocalStore):
             stored_slots.add(s.slot)
         elif isinstance(s, N.SlotStore):   # may store into any slot of its group
             stored_slots.update(s.slots)
         elif type(s).WRITES_ARRAY:
             written.add(N.may_write(s.array, s.field, distinct))
-    inside, moved = set(N.walk(loop.body)), {}
+    moved = {}
     for s in loop.body.stmts:
         safe = starts or not (_traps(s) or (isinstance(s, N.GlobalLoad) and not guard_loads))
         if safe and _movable(s, loop, stored_slots, written, distinct) and all(

@@ -22,7 +22,8 @@ def forward_locals(kernel):
         flags = {s.exit_flag for s in N.walk(task.body) if isinstance(s, (N.RangeFor, N.While))}
         _drop_dead_stores(task.body, set(), flags | grouped, True)
         constant = {slot: v for slot, v in _constant_slots(task.body).items() if slot not in grouped}
-        _load_constant_slots(task.body, constant, {})
+        if constant:
+            _load_constant_slots(task.body, constant, {})
     return kernel
 
 
@@ -30,19 +31,29 @@ def _constant_slots(body):
     """Slots that hold one constant all the time: every store into them stores it, and it is +0 (what the
     Alloca holds) or the task stores it first, at its top level, before anything reads the slot. Reverse
     mode's sums often end so (starting at -0.0), once the stores of their sums are forwarded and dead."""
-    stored = {s: {} for s in N.walk(body) if isinstance(s, N.Alloca)}   # slot -> {key: constant stored}
+    allocas, stores = [], []
     for s in N.walk(body):
-        if isinstance(s, N.LocalStore) and s.slot in stored:
+        if isinstance(s, N.Alloca):
+            allocas.append(s)
+        elif isinstance(s, N.LocalStore):
+            stores.append(s)
+    stored, varies = {s: {} for s in allocas}, set()   # slot -> {key: constant stored}; slots storing others
+    for s in stores:
+        if s.slot in stored:
             if isinstance(s.value, N.Const):
                 stored[s.slot][_key(s.value.value, s.slot.dtype)] = s.value.value
             else:
-                del stored[s.slot]
-    out = {}
+                varies.add(s.slot)
+    out, first = {}, None
     for slot, values in stored.items():
+        if slot in varies:
+            continue
         if set(values) <= {_key(0, slot.dtype)}:
             out[slot] = 0
-        elif len(values) == 1 and _stored_first(body, slot):
-            out[slot] = next(iter(values.values()))
+        elif len(values) == 1:
+            first = _stored_first(body) if first is None else first
+            if first.get(slot):
+                out[slot] = next(iter(values.values()))
     return out
 
 
@@ -50,16 +61,16 @@ def _key(value, dtype):
     return repr(to_scalar(value, dtype).item())
 
 
-def _stored_first(body, slot):
-    """The first top-level statement of the task touching `slot` (after its Alloca) stores into it."""
+def _stored_first(body):
+    """Slot -> whether the first top-level statement of the task touching it (after its Alloca) stores into
+    it, for every slot touched (one walk for all the slots asked about)."""
+    first = {}
     for s in body.stmts:
-        if s is slot:
-            continue
-        touched = [t for t in [s, *(t for b in s.blocks() for t in N.walk(b))]
-                   if isinstance(t, (N.LocalLoad, N.LocalStore)) and t.slot is slot]
-        if touched:
-            return isinstance(s, N.LocalStore) and s.slot is slot
-    return False
+        inside = (t for b in s.blocks() for t in N.walk(b)) if s.BLOCK_FIELDS else ()
+        for t in (s, *inside):
+            if isinstance(t, (N.LocalLoad, N.LocalStore)) and t.slot not in first:
+                first[t.slot] = isinstance(s, N.LocalStore) and s.slot is t.slot
+    return first
 
 
 def _load_constant_slots(block, slots, repl):

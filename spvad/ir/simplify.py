@@ -16,9 +16,10 @@ def simplify(kernel, distinct=False):
     changes only the array it names (nodes.may_write), so loads of other arrays are forwarded across it."""
     for task in kernel.tasks:
         for _ in range(MAX_ROUNDS):
-            changed = _Rewriter(task, distinct).run()
-            changed |= eliminate_dead_code(task)
-            if not changed:
+            rewriter = _Rewriter(task, distinct)
+            rewriter.run()
+            eliminate_dead_code(task)
+            if not rewriter.reshaped:   # another round would change nothing (see _Rewriter.reshaped)
                 break
     return kernel
 
@@ -56,20 +57,21 @@ def _const_key(value, dtype):
     return ("const", dtype.name, repr(to_scalar(value, dtype).item()))
 
 
+# The key of a value CSE may replace by an equal one, per node kind (by exact type: one lookup per statement,
+# most of which have none)
+_CSE_KEYS = {
+    N.Const: lambda s: _const_key(s.value, s.dtype),
+    N.ScalarArg: lambda s: ("arg", id(s.param)),
+    N.ArrayShape: lambda s: ("shape", id(s.array), s.axis),
+    N.ThreadIndex: lambda s: ("tid", s.dtype.name),
+    N.LoopIndex: lambda s: ("loop", id(s.loop), s.dtype.name),
+    N.Compute: lambda s: ("op", s.op, s.dtype.name, tuple(id(a) for a in s.args)),
+}
+
+
 def _cse_key(s):
-    if isinstance(s, N.Const):
-        return _const_key(s.value, s.dtype)
-    if isinstance(s, N.ScalarArg):
-        return ("arg", id(s.param))
-    if isinstance(s, N.ArrayShape):
-        return ("shape", id(s.array), s.axis)
-    if isinstance(s, N.ThreadIndex):
-        return ("tid", s.dtype.name)
-    if isinstance(s, N.LoopIndex):
-        return ("loop", id(s.loop), s.dtype.name)
-    if isinstance(s, N.Compute):
-        return ("op", s.op, s.dtype.name, tuple(id(a) for a in s.args))
-    return None
+    key = _CSE_KEYS.get(type(s))
+    return None if key is None else key(s)
 
 
 def _is_const(s, value):
@@ -132,6 +134,11 @@ class _Rewriter:
         self.task, self.distinct = task, distinct
         self.repl = {}      # removed statement -> the dominating value that replaces it
         self.changed = False
+        # A static If folded or statements dropped after a jump: writes may be gone that a construct around
+        # them was assumed to make (its loads were not forwarded across it), so another round may find more.
+        # Without that, a second walk would find nothing: every operand is rewritten before its user is
+        # looked at, and dead code going (the DCE between rounds) removes no value a lookup could hit.
+        self.reshaped = False
 
     def run(self):
         self.block(self.task.header, {}, {})
@@ -152,7 +159,7 @@ class _Rewriter:
             if isinstance(s, N.If) and isinstance(s.cond, N.Const):
                 taken = s.then_body if s.cond.value else s.else_body
                 pending.extend(reversed(taken.stmts))
-                self.changed = True
+                self.changed = self.reshaped = True
                 continue
             new = s
             if isinstance(s, N.Compute):
@@ -188,7 +195,9 @@ class _Rewriter:
                     self.block(b, dict(scope), inner)
                 _forget(memory, written, self.distinct)
             out.append(new)
-        out = _truncate_after_jump(out)
+        kept = _truncate_after_jump(out)
+        self.reshaped |= len(kept) != len(out)
+        out = kept
         self.changed |= len(out) != len(block.stmts) or any(x is not y for x, y in zip(out, block.stmts))
         block.stmts[:] = out
 

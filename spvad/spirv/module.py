@@ -29,6 +29,11 @@ def literal_string(text):
 
 def encode_operands(operands):
     """Ints become one word (negatives in two's complement), strings literal strings; lists are spliced."""
+    for op in operands:
+        if type(op) is not int or not 0 <= op <= 0xFFFFFFFF:
+            break
+    else:   # ids and enum values only, each a word as it is (most instructions)
+        return list(operands)
     words = []
     for op in operands:
         if type(op) is not int:   # (plain ints, ids and enum values, are most operands)
@@ -94,6 +99,8 @@ class Module:
         self._globals = []                              # types, constants and module-scope variables
         self._functions = []
         self._cache = {}                                # dedup key -> id (types and constants)
+        self._type_ids = {}                             # info tuple -> id of a de-duplicated type
+        self._const_ids = {}                            # (type id, Python int / non-zero float) -> id
         self._types = {}                                # type id -> info tuple, e.g. ('int', 32, True)
 
     def new_id(self):
@@ -135,6 +142,8 @@ class Module:
 
     # ---- types ----
     def _type(self, info, opcode, *operands, unique=False):
+        if not unique and info in self._type_ids:   # (info names a type as its operands do: no encoding)
+            return self._type_ids[info]
         key = (int(opcode),) + tuple(encode_operands(operands))
         if not unique and key in self._cache:
             return self._cache[key]
@@ -142,7 +151,7 @@ class Module:
         self._globals += instruction(opcode, tid, *operands)
         self._types[tid] = info
         if not unique:
-            self._cache[key] = tid
+            self._cache[key] = self._type_ids[info] = tid
         return tid
 
     def type_info(self, type_id):
@@ -211,8 +220,15 @@ class Module:
         if info[0] == "bool":
             opcode = Op.OpConstantTrue if value else Op.OpConstantFalse
             return self._constant(("const", type_id, int(opcode)), opcode, type_id)
+        # values equal in Python encode alike, but for 0.0 and -0.0 (and bools, handled above)
+        fast = (type_id, value) if type(value) is int or (type(value) is float and value != 0) else None
+        if fast in self._const_ids:
+            return self._const_ids[fast]
         words = encode_scalar(info, value)
-        return self._constant(("const", type_id, *words), Op.OpConstant, type_id, words)
+        cid = self._constant(("const", type_id, *words), Op.OpConstant, type_id, words)
+        if fast is not None:
+            self._const_ids[fast] = cid
+        return cid
 
     def const_bool(self, value):
         return self.const(self.type_bool(), value)

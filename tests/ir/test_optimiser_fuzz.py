@@ -10,7 +10,8 @@ import pytest
 import spvad as sp
 from spvad.frontend import ArraySpec, build_kernel
 from spvad.ir.interp import run_kernel
-from spvad.pipeline import PASSES, PRIMAL, REVERSE, run_passes
+from spvad.ir import simplify
+from spvad.pipeline import DUAL, PASSES, PRIMAL, REVERSE, run_passes
 
 SEEDS = 40
 F32 = ArraySpec(sp.f32, 1, needs_grad=True)
@@ -127,3 +128,25 @@ def test_the_device_agrees_with_the_interpreter(kernels, seed):
     np.testing.assert_allclose(y.to_numpy(), want_y, rtol=1e-4, atol=1e-5, err_msg=source(seed))
     np.testing.assert_allclose(x.grad.to_numpy(), ref[(0, "grad")], rtol=1e-3, atol=1e-4, err_msg=source(seed))
     np.testing.assert_allclose(w.grad.to_numpy(), ref[(1, "grad")], rtol=1e-3, atol=1e-4, err_msg=source(seed))
+
+
+def test_simplify_ends_at_a_fixed_point(kernels, monkeypatch):
+    """simplify stops after one round unless that round reshaped blocks (simplify._Rewriter.reshaped): after
+    every simplify of every mode's passes, one more round must change nothing."""
+    plain, checked = simplify.simplify, [0]
+
+    def simplify_and_check(kernel, distinct=False):
+        plain(kernel, distinct)
+        for task in kernel.tasks:
+            assert not simplify._Rewriter(task, distinct).run() and not simplify.eliminate_dead_code(task)
+        checked[0] += 1
+        return kernel
+
+    monkeypatch.setattr(simplify, "simplify", simplify_and_check)
+    for seed, fn in kernels.items():
+        for mode in (PRIMAL, REVERSE, DUAL):
+            try:
+                run_passes(build_kernel(fn, [F32, F32, F32, sp.i32])[0], mode, ad_stack_size=64)
+            except AssertionError:
+                raise AssertionError(f"{mode.kind}: simplify left work for another round\n" + source(seed)) from None
+    assert checked[0] >= 3 * 2 * SEEDS

@@ -258,3 +258,27 @@ def test_store_to_load_forwarding_stops_at_writes_that_may_intervene(make_kb, rn
     xs = rng.standard_normal(5).astype(np.float32)
     before, after = run_both(build, lambda: {(0, "primal"): xs.copy(), (1, "primal"): np.zeros(5, np.float32)})
     assert count(before, N.GlobalLoad) == 6 and count(after, N.GlobalLoad) == 4
+
+
+def test_a_folded_if_lets_the_next_round_forward_across_its_loop(make_kb, rng):
+    """A loop whose only store sits in a static `if False`: the first round still sees the store when it
+    reaches the loop (x[i] is not forwarded past it), folds the if, and so needs a second round, which
+    forwards the load after the loop to the one before it."""
+    def build():
+        kb = make_kb()
+        x, y = kb.array("x"), kb.array("y")
+        m = kb.scalar("m")
+        i = kb.parallel(x)
+        before = kb.load(x, i)
+        acc = kb.alloca(T.f32, "acc")
+        with kb.range_for(kb.const(0), kb.arg(m)):
+            with kb.if_(kb.op(Op.LT, kb.const(2), kb.const(1))):
+                kb.store(x, i, kb.const(3.0))
+            kb.lstore(acc, kb.op(Op.ADD, kb.lload(acc), before))
+        kb.store(y, i, kb.op(Op.ADD, kb.lload(acc), kb.load(x, i)))
+        return kb.kernel
+
+    xs = rng.standard_normal(5).astype(np.float32)
+    before, after = run_both(build, lambda: {(0, "primal"): xs.copy(), (1, "primal"): np.zeros(5, np.float32)}, [3])
+    assert count(after, N.If) == 0
+    assert count(before, N.GlobalLoad) == 2 and count(after, N.GlobalLoad) == 1
