@@ -42,6 +42,61 @@ def test_a_loop_cut_short_by_the_driver_raises_and_the_runtime_recovers(rng):
 
 
 @sp.kernel
+def stepped_up(x: sp.Array, a: sp.i32, b: sp.i32):
+    for i in range(x.shape[0]):
+        v = x[i]
+        for _ in range(a, b, 3):
+            v = v + 1.0
+        x[i] = v
+
+
+@sp.kernel
+def stepped_down(x: sp.Array, a: sp.i32, b: sp.i32):
+    for i in range(x.shape[0]):
+        v = x[i]
+        for _ in range(b, a, -2):
+            v = v + 1.0
+        x[i] = v
+
+
+@sp.kernel
+def broken_early(x: sp.Array, n: sp.i32, stop: sp.f32):
+    for i in range(x.shape[0]):
+        v = x[i]
+        for _ in range(n):
+            if v >= stop:
+                break
+            for _ in range(3):   # a nested loop: its headers count, the break is the outer loop's
+                v = v + 0.5
+        x[i] = v
+
+
+@pytest.mark.parametrize("kernel, step", [(stepped_up, 3), (stepped_down, 2)])
+def test_range_loops_count_exactly_at_the_cap(kernel, step):
+    """Stepped range loops at the cap's edge: trips + 1 headers just under the cap run exactly, one more trip
+    is flagged; so is a range whose i32 span overflows."""
+    cap = loop_cap()
+    if not cap:
+        pytest.skip("this driver has no loop-iteration cap")
+    x = sp.from_numpy(np.ones(2, np.float32))
+    trips = cap - 2                              # headers: trips + 1 = cap - 1
+    kernel(x, 0, step * trips)
+    np.testing.assert_array_equal(x.to_numpy(), 1.0 + trips)
+    for a, b in ((0, step * trips + 1), (-2**31 + 7, 2**31 - 7)):
+        kernel(x, a, b)
+        with pytest.raises(sp.DeviceError, match="stopped a loop"):
+            sp.sync()
+
+
+def test_a_range_loop_left_by_break_counts_the_iterations_it_ran():
+    """A million-step range loop left after 100 steps is not flagged (counting its bound up front would
+    flag it): 100 x (1 + 4) headers."""
+    x = sp.from_numpy(np.array([0.0, 99.0], np.float32))
+    broken_early(x, 1_000_000, 150.0)
+    np.testing.assert_array_equal(x.to_numpy(), [150.0, 150.0])
+
+
+@sp.kernel
 def while_until(x: sp.Array, inc: sp.f32):
     for i in range(x.shape[0]):
         v = x[i]
