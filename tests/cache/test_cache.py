@@ -1,6 +1,8 @@
 """The on-disk compile cache: a fresh specialisation is loaded instead of compiled, and anything that
 changes the kernel (its code, a constant it reads, its argument types) or spvad's own sources misses it."""
 import os
+import shutil
+import subprocess
 import sys
 import time
 
@@ -8,7 +10,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
-from spvad import cache
+from spvad import cache, source_stamp
 
 kernel_module = sys.modules["spvad.kernel"]   # `spvad.kernel` the attribute is the decorator
 
@@ -104,26 +106,108 @@ def test_a_same_size_edit_with_its_mtime_put_back_changes_the_source_hash(tmp_pa
     seconds: the ctime, which every write sets and nothing sets back, still tells an edit apart."""
     b = _sources(tmp_path)
     time.sleep(0.05)   # past the file system's timestamp tick
-    before = cache.source_hash(tmp_path, racy_s=0)
-    assert cache.source_hash(tmp_path, racy_s=0) == before                  # nothing changed: same key
+    before = source_stamp.source_hash(tmp_path, racy_s=0)
+    assert source_stamp.source_hash(tmp_path, racy_s=0) == before                  # nothing changed: same key
     time.sleep(0.05)
     _rewrite_keeping_size_and_mtime(b, "B = 3\n")
-    assert cache.source_hash(tmp_path, racy_s=0) != before
+    assert source_stamp.source_hash(tmp_path, racy_s=0) != before
     (tmp_path / "notes.txt").write_text("other notes\n")                    # not a source: no change
-    stats = cache.source_hash(tmp_path, racy_s=0)
-    assert cache.source_hash(tmp_path, racy_s=0) == stats
+    stats = source_stamp.source_hash(tmp_path, racy_s=0)
+    assert source_stamp.source_hash(tmp_path, racy_s=0) == stats
     (tmp_path / "sub" / "c.py").write_text("")                              # a new source: a new key
-    assert cache.source_hash(tmp_path, racy_s=0) != stats
+    assert source_stamp.source_hash(tmp_path, racy_s=0) != stats
 
 
 def test_a_tree_written_within_the_racy_window_is_hashed_by_contents(tmp_path):
     """A rewrite within one tick of the clock can leave every stat as it was: files written in the last
     seconds are read instead, so even such an edit changes the hash."""
     b = _sources(tmp_path)
-    before = cache.source_hash(tmp_path, racy_s=3600)
+    before = source_stamp.source_hash(tmp_path, racy_s=3600)
     _rewrite_keeping_size_and_mtime(b, "B = 4\n")
-    after = cache.source_hash(tmp_path, racy_s=3600)
+    after = source_stamp.source_hash(tmp_path, racy_s=3600)
     assert after != before
     _rewrite_keeping_size_and_mtime(b, "B = 2\n")
-    assert cache.source_hash(tmp_path, racy_s=3600) == before                # the contents decide
+    assert source_stamp.source_hash(tmp_path, racy_s=3600) == before                # the contents decide
 
+
+
+
+@pytest.fixture
+def no_stamp_yet(monkeypatch):
+    """source_stamp as in a process that has not hashed spvad yet (restored afterwards)."""
+    monkeypatch.setattr(source_stamp, "_hash", None)
+    monkeypatch.setattr(source_stamp, "_worker", None)
+
+
+def test_the_hash_taken_meanwhile_is_the_one_taken_in_place(no_stamp_yet):
+    with source_stamp.taken_meanwhile():
+        pass
+    assert source_stamp._worker is not None and not source_stamp._worker.is_alive()   # joined at the end
+    assert source_stamp.package_hash() == source_stamp.source_hash(source_stamp.ROOT)
+
+
+def test_a_failed_hash_thread_leaves_it_to_the_caller(no_stamp_yet, monkeypatch):
+    def unreadable(root, racy_s=0):
+        raise PermissionError(f"{root}: unreadable")
+    monkeypatch.setattr(source_stamp, "source_hash", unreadable)
+    with source_stamp.taken_meanwhile():
+        pass
+    assert source_stamp._hash is None
+    with pytest.raises(PermissionError, match="unreadable"):   # where the launch that needs it sees it
+        source_stamp.package_hash()
+
+
+def test_no_thread_without_a_cache(no_stamp_yet):
+    with source_stamp.taken_meanwhile(False):
+        pass
+    assert source_stamp._worker is None and source_stamp._hash is None
+
+# ---- spvad's own sources, between processes ----------------------------------------------------------------
+EDITED_COMPILER_CHILD = '''
+import sys
+import numpy as np
+import spvad as sp
+from spvad import source_stamp
+source_stamp.source_hash.__defaults__ = (0.0,)   # stats decide even right after the copy (no racy window)
+kernel_module = sys.modules["spvad.kernel"]
+compiled = []
+_compile = kernel_module.compile_kernel
+kernel_module.compile_kernel = lambda *a, **k: compiled.append(1) or _compile(*a, **k)
+
+@sp.kernel
+def affine(x: sp.Array, y: sp.Array):
+    for i in range(x.shape[0]):
+        y[i] = x[i] * 2.5 + 0.25
+
+sp.init()
+assert source_stamp._worker is not None, "sp.init took no source hash meanwhile"
+x, y = sp.from_numpy(np.arange(4, dtype=np.float32)), sp.ndarray(sp.f32, (4,))
+affine(x, y)
+print("RESULT", float(y.to_numpy()[3]), "compiled" if compiled else "cached")
+'''
+
+
+def test_an_edited_compiler_never_loads_the_old_compilers_entry(tmp_path):
+    """A copy of spvad, run in fresh processes sharing a cache folder: a warm process loads the entry (the
+    hash sp.init takes in a thread is the same in every process); after an edit of the copy's lowering
+    (multiplication emitted as addition) the next process compiles with it and gets its result."""
+    tree, folder, script = tmp_path / "tree", tmp_path / "cache", tmp_path / "child.py"
+    shutil.copytree(os.path.dirname(sp.__file__), tree / "spvad", ignore=shutil.ignore_patterns("__pycache__"))
+    script.write_text(EDITED_COMPILER_CHILD)
+
+    def child():
+        env = dict(os.environ, PYTHONPATH=str(tree), SPVAD_CACHE_DIR=str(folder))
+        env.pop("SPVAD_CACHE", None)
+        p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+        assert p.returncode == 0 and lines, f"child failed ({p.returncode}):\n{p.stdout}\n{p.stderr[-3000:]}"
+        _, value, how = lines[-1].split()
+        return float(value), how
+
+    assert child() == (3 * 2.5 + 0.25, "compiled")
+    assert child() == (3 * 2.5 + 0.25, "cached")
+    ops = tree / "spvad" / "spirv" / "lower_ops.py"
+    text = ops.read_text()
+    assert text.count("IROp.MUL: _kinds(f=_op(Op.OpFMul)") == 1
+    ops.write_text(text.replace("IROp.MUL: _kinds(f=_op(Op.OpFMul)", "IROp.MUL: _kinds(f=_op(Op.OpFAdd)"))
+    assert child() == (3 + 2.5 + 0.25, "compiled")
