@@ -427,6 +427,48 @@ def test_pipeline_cache_persists_across_devices(tmp_path):
     d.close()
 
 
+
+def test_a_cpu_device_opens_with_an_empty_dispatch_in_flight():
+    """lavapipe sets up its shader compiler (LLVM) at a process's first dispatch: a CPU device dispatches an
+    empty shader as it opens, not waited for; it is valid SPIR-V, and its pipeline is gone after a sync."""
+    from spvad.rhi.vulkan.warm_up import EMPTY_SHADER
+    from spvad.spirv import tools
+    tools.validate(EMPTY_SHADER, kernel_name="(driver warm-up)", target_env="vulkan1.0")
+    d = make_device(validation=True)
+    try:
+        cpu = d.info["device_type"] == "cpu"   # (a GPU's driver compiles at pipeline creation: no warm-up)
+        assert len(d._inflight) == len(d._deferred) == int(cpu) and not d._pipelines
+        d.sync()
+        assert not d._inflight and not d._deferred
+        msgs = d.validation_messages()
+    finally:
+        d.close()
+    assert msgs + d.validation_messages() == []
+
+
+def test_a_refused_warm_up_leaves_the_device_usable(monkeypatch):
+    from spvad.rhi.vulkan.program import ProgramMixin
+    real = ProgramMixin.create_pipeline
+
+    def refuse_the_warm_up(self, spirv, *, name, **kwargs):
+        if name == "(driver warm-up)":
+            raise PipelineCreationError("refused")
+        return real(self, spirv, name=name, **kwargs)
+    monkeypatch.setattr(ProgramMixin, "create_pipeline", refuse_the_warm_up)
+    d = make_device(validation=True)
+    try:
+        assert not d._inflight
+        n, a = 100, np.arange(100, dtype=np.float32)
+        A, C = upload(d, a), d.create_buffer(4 * n)
+        d.launch(d.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4), [A, A, C],
+                 struct.pack("<I", n), groups_for(n))
+        d.sync()
+        np.testing.assert_array_equal(C.view(np.float32), 2 * a)
+        msgs = d.validation_messages()
+    finally:
+        d.close()
+    assert msgs + d.validation_messages() == []
+
 def test_copy_and_fill_are_ordered_with_launches(dev):
     """launch (C = A + B) -> copy C into D -> fill C -> launch (C = A + D) -> copy, all before one sync:
     each command sees the one before it (synchronization validation checks the barriers)."""
