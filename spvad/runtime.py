@@ -31,7 +31,8 @@ class Runtime:
             backend = "metal" if sys.platform == "darwin" else "vulkan"
         validation = os.environ.get("SPVAD_VALIDATION", "0") not in ("", "0")
         folder = cache_dir()
-        with source_stamp.taken_meanwhile(folder is not None):   # (for the compile cache's keys)
+        disk_cached = folder is not None and backend in rhi.BACKENDS and rhi.code_kind(backend) == "spirv"
+        with source_stamp.taken_meanwhile(disk_cached):   # (a part of the compile cache's keys)
             self.device = rhi.open_device(backend, selector, validation=validation, pipeline_cache_dir=folder)
         self.code = rhi.code_kind(backend)   # what kernels compile to for this device: "spirv" or "ir"
         self.backend = backend

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
-from spvad import cache, source_stamp
+from spvad import cache, runtime, source_stamp
 
 kernel_module = sys.modules["spvad.kernel"]   # `spvad.kernel` the attribute is the decorator
 
@@ -160,6 +160,8 @@ def test_a_failed_hash_thread_leaves_it_to_the_caller(no_stamp_yet, monkeypatch)
 def test_no_thread_without_a_cache(no_stamp_yet):
     with source_stamp.taken_meanwhile(False):
         pass
+    assert source_stamp._worker is None and source_stamp._hash is None
+    runtime.Runtime("interp")   # (the interpreter runs IR made afresh: no disk cache, no hash)
     assert source_stamp._worker is None and source_stamp._hash is None
 
 # ---- spvad's own sources, between processes ----------------------------------------------------------------
