@@ -14,14 +14,13 @@ import time
 from ...errors import DeviceError, PipelineCreationError
 from ...spirv.lower import LOOP_ITERATION_CAP
 from ..base import Device
-from . import pipeline_cache
+from . import pipeline_cache, warm_up
 from .buffers import BufferMixin, chunk_bytes, free_allocations
 from .loader import install_hint
 from .program import ProgramMixin
 from .vkapi import (SEV_ERROR, SEV_WARNING, TYPE_GENERAL, TYPE_PERFORMANCE, TYPE_VALIDATION,
                     VK_ERRORS, Collector, call, check, enumerate_names, ffi, lib, make_version,
                     messenger_info, version_string, vk)
-from .warm_up import warm_up
 
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 EXT_DEBUG_UTILS = "VK_EXT_debug_utils"
@@ -92,9 +91,9 @@ class VulkanDevice(BufferMixin, ProgramMixin, Device):
         except BaseException:
             self.close()
             raise
-        if self._info["device_type"] == "cpu":   # (a GPU's driver compiles at pipeline creation)
+        if self._info["device_type"] == "cpu" and warm_up.wanted():   # (a GPU compiles at pipeline creation)
             try:
-                warm_up(self)
+                warm_up.warm_up(self)
             except (DeviceError, PipelineCreationError):   # only a head start: the first kernel pays it then
                 pass
 

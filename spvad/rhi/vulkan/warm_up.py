@@ -1,6 +1,7 @@
 """A CPU driver's first dispatch in a process sets up its shader compiler (lavapipe: LLVM, its shader cache):
-an empty shader dispatched as the device opens, not waited for, lets the driver do that on its own thread
-while Python goes on to the first kernel, as Taichi and Quadrants do in their init."""
+an empty shader dispatched as the device opens, which no sync waits for, lets the driver do that on its own
+thread while Python goes on (host writes, the first kernel's compile), as Taichi and Quadrants do in init."""
+import os
 import struct
 
 from ...spirv.spec import (MAGIC, VERSION_1_0, AddressingModel, Capability, ExecutionMode, ExecutionModel,
@@ -28,10 +29,13 @@ _WORDS = (
 EMPTY_SHADER = struct.pack(f"<{len(_WORDS)}I", *_WORDS)   # void main() {} with local size 1
 
 
+def wanted():
+    """Not with Mesa's shader cache off: then LLVM compiles the empty shader in every process, which costs
+    more than the head start gains (lavapipe, integrator's cold first forward: 55 -> 62 ms, init -3 ms)."""
+    return os.environ.get("MESA_SHADER_CACHE_DISABLE", "").strip().lower() in ("", "0", "false", "no", "n", "f")
+
+
 def warm_up(device):
-    """Dispatch the empty shader on `device` (a VulkanDevice) without waiting; its pipeline goes after the
-    next sync."""
+    """Dispatch the empty shader on `device` (a VulkanDevice); nothing waits for it but the device's close."""
     pipeline = device.create_pipeline(EMPTY_SHADER, name="(driver warm-up)", num_buffers=0, push_constant_size=0)
-    device.launch(pipeline, (), b"", (1, 1, 1))
-    device.submit()
-    pipeline.release()
+    device.submit_alone(pipeline, (1, 1, 1))
