@@ -428,6 +428,16 @@ def test_pipeline_cache_persists_across_devices(tmp_path):
 
 
 
+def adds_right(d, n=100):
+    """One launch of the add kernel on `d` (A + A) and a sync: the values are right."""
+    a = np.random.default_rng(n).uniform(-1, 1, n).astype(np.float32)
+    A, C = upload(d, a), d.create_buffer(4 * n)
+    d.launch(d.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4), [A, A, C],
+             struct.pack("<I", n), groups_for(n))
+    d.sync()
+    np.testing.assert_array_equal(C.view(np.float32), a + a)
+
+
 def test_a_cpu_device_opens_with_an_empty_dispatch_that_no_sync_waits_for():
     """lavapipe sets up its shader compiler (LLVM) at a process's first dispatch: a CPU device dispatches an
     empty shader as it opens, in a command buffer of its own that syncs leave alone (a host write right after
@@ -440,12 +450,7 @@ def test_a_cpu_device_opens_with_an_empty_dispatch_that_no_sync_waits_for():
         # (a GPU's driver compiles at pipeline creation; without Mesa's shader cache it would cost more)
         warmed = d.info["device_type"] == "cpu" and warm_up.wanted()
         assert len(d._frames) == len(d._pipelines) == int(warmed) and not d._inflight and not d._free_frames
-        n, a = 64, np.arange(64, dtype=np.float32)
-        A, C = upload(d, a), d.create_buffer(4 * n)
-        d.launch(d.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4), [A, A, C],
-                 struct.pack("<I", n), groups_for(n))
-        d.sync()   # (after the warm-up in the queue)
-        np.testing.assert_array_equal(C.view(np.float32), 2 * a)
+        adds_right(d)   # (after the warm-up in the queue)
         msgs = d.validation_messages()
     finally:
         d.close()
@@ -470,17 +475,13 @@ def test_a_refused_warm_up_leaves_the_device_usable(monkeypatch):
     monkeypatch.setattr(ProgramMixin, "create_pipeline", refuse_the_warm_up)
     d = make_device(validation=True)
     try:
-        assert not d._inflight
-        n, a = 100, np.arange(100, dtype=np.float32)
-        A, C = upload(d, a), d.create_buffer(4 * n)
-        d.launch(d.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4), [A, A, C],
-                 struct.pack("<I", n), groups_for(n))
-        d.sync()
-        np.testing.assert_array_equal(C.view(np.float32), 2 * a)
+        assert not d._inflight and not d._frames
+        adds_right(d)
         msgs = d.validation_messages()
     finally:
         d.close()
     assert msgs + d.validation_messages() == []
+
 
 def test_copy_and_fill_are_ordered_with_launches(dev):
     """launch (C = A + B) -> copy C into D -> fill C -> launch (C = A + D) -> copy, all before one sync:
