@@ -25,6 +25,7 @@ from .frontend.source import GlobalName
 from .frontend.values import array_type
 from .ir.nodes import ArrayParam
 from .pipeline import CompiledKernel, CompiledTask, Lowering
+from .source_stamp import package_hash
 from .spirv import tools
 from .spirv.lower import LoweredTask
 from .types import DType, Matrix, Vector
@@ -212,49 +213,6 @@ def _qualname(obj):
 
 class Uncacheable(Exception):
     """A kernel reads a global this cache cannot fingerprint; it is compiled every process."""
-
-
-_package_hash = None
-RACY_S = 2.0   # a file written this recently may be written again within its timestamps' granularity
-
-
-def package_hash():
-    """Identifies spvad's own source files: a changed compiler never reuses old entries."""
-    global _package_hash
-    if _package_hash is None:
-        _package_hash = source_hash(os.path.dirname(os.path.abspath(__file__)))
-    return _package_hash
-
-
-def source_hash(root, racy_s=RACY_S):
-    """A hash of the .py files under `root`, from their path, size, mtime, ctime and inode: a stat each
-    instead of reading them all (~1 MB for spvad). On POSIX every write sets a file's ctime, which no
-    program can set back (git's index trusts the same); only while some file's timestamps are within
-    `racy_s` of now could another write leave them unchanged (they advance by clock ticks), so then the
-    contents are hashed instead."""
-    files = sorted(_sources(root, ""))
-    now = time.time_ns()
-    if any(now - max(st.st_mtime_ns, st.st_ctime_ns) < racy_s * 1e9 for _, st in files):
-        h = hashlib.sha256(b"contents\n")
-        for rel, _ in files:
-            with open(os.path.join(root, rel), "rb") as f:
-                data = f.read()
-            h.update(f"{rel}\0{len(data)}\0".encode() + data)
-    else:
-        h = hashlib.sha256(b"stats\n")
-        for rel, st in files:
-            h.update(f"{rel}\0{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}\n".encode())
-    return h.hexdigest()
-
-
-def _sources(folder, rel):
-    """(path relative to the root, stat) of every .py file under `folder`."""
-    with os.scandir(folder) as it:
-        for e in it:
-            if e.name.endswith(".py") and e.is_file():
-                yield rel + e.name, e.stat()
-            elif e.is_dir(follow_symlinks=False) and e.name != "__pycache__":
-                yield from _sources(e.path, rel + e.name + "/")
 
 
 def entry_key(kobj, spec_key, extra):

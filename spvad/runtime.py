@@ -7,7 +7,7 @@ import sys
 import threading
 import weakref
 
-from . import rhi
+from . import rhi, source_stamp
 from .cache_folder import cache_dir
 from .errors import ArgumentError
 
@@ -30,7 +30,10 @@ class Runtime:
         if backend == "auto":
             backend = "metal" if sys.platform == "darwin" else "vulkan"
         validation = os.environ.get("SPVAD_VALIDATION", "0") not in ("", "0")
-        self.device = rhi.open_device(backend, selector, validation=validation, pipeline_cache_dir=cache_dir())
+        folder = cache_dir()
+        disk_cached = folder is not None and backend in rhi.BACKENDS and rhi.code_kind(backend) == "spirv"
+        with source_stamp.taken_meanwhile(disk_cached):   # (a part of the compile cache's keys)
+            self.device = rhi.open_device(backend, selector, validation=validation, pipeline_cache_dir=folder)
         self.code = rhi.code_kind(backend)   # what kernels compile to for this device: "spirv" or "ir"
         self.backend = backend
         self.serial = next(_serials)   # compile caches are per runtime (captured arrays, features)

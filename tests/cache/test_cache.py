@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
-from spvad import cache
+from spvad import cache, runtime, source_stamp
 
 kernel_module = sys.modules["spvad.kernel"]   # `spvad.kernel` the attribute is the decorator
 
@@ -104,26 +104,60 @@ def test_a_same_size_edit_with_its_mtime_put_back_changes_the_source_hash(tmp_pa
     seconds: the ctime, which every write sets and nothing sets back, still tells an edit apart."""
     b = _sources(tmp_path)
     time.sleep(0.05)   # past the file system's timestamp tick
-    before = cache.source_hash(tmp_path, racy_s=0)
-    assert cache.source_hash(tmp_path, racy_s=0) == before                  # nothing changed: same key
+    before = source_stamp.source_hash(tmp_path, racy_s=0)
+    assert source_stamp.source_hash(tmp_path, racy_s=0) == before                  # nothing changed: same key
     time.sleep(0.05)
     _rewrite_keeping_size_and_mtime(b, "B = 3\n")
-    assert cache.source_hash(tmp_path, racy_s=0) != before
+    assert source_stamp.source_hash(tmp_path, racy_s=0) != before
     (tmp_path / "notes.txt").write_text("other notes\n")                    # not a source: no change
-    stats = cache.source_hash(tmp_path, racy_s=0)
-    assert cache.source_hash(tmp_path, racy_s=0) == stats
+    stats = source_stamp.source_hash(tmp_path, racy_s=0)
+    assert source_stamp.source_hash(tmp_path, racy_s=0) == stats
     (tmp_path / "sub" / "c.py").write_text("")                              # a new source: a new key
-    assert cache.source_hash(tmp_path, racy_s=0) != stats
+    assert source_stamp.source_hash(tmp_path, racy_s=0) != stats
 
 
 def test_a_tree_written_within_the_racy_window_is_hashed_by_contents(tmp_path):
     """A rewrite within one tick of the clock can leave every stat as it was: files written in the last
     seconds are read instead, so even such an edit changes the hash."""
     b = _sources(tmp_path)
-    before = cache.source_hash(tmp_path, racy_s=3600)
+    before = source_stamp.source_hash(tmp_path, racy_s=3600)
     _rewrite_keeping_size_and_mtime(b, "B = 4\n")
-    after = cache.source_hash(tmp_path, racy_s=3600)
+    after = source_stamp.source_hash(tmp_path, racy_s=3600)
     assert after != before
     _rewrite_keeping_size_and_mtime(b, "B = 2\n")
-    assert cache.source_hash(tmp_path, racy_s=3600) == before                # the contents decide
+    assert source_stamp.source_hash(tmp_path, racy_s=3600) == before                # the contents decide
 
+
+
+
+@pytest.fixture
+def no_stamp_yet(monkeypatch):
+    """source_stamp as in a process that has not hashed spvad yet (restored afterwards)."""
+    monkeypatch.setattr(source_stamp, "_hash", None)
+    monkeypatch.setattr(source_stamp, "_worker", None)
+
+
+def test_the_hash_taken_meanwhile_is_the_one_taken_in_place(no_stamp_yet):
+    with source_stamp.taken_meanwhile():
+        pass
+    assert source_stamp._worker is not None and not source_stamp._worker.is_alive()   # joined at the end
+    assert source_stamp.package_hash() == source_stamp.source_hash(source_stamp.ROOT)
+
+
+def test_a_failed_hash_thread_leaves_it_to_the_caller(no_stamp_yet, monkeypatch):
+    def unreadable(root, racy_s=0):
+        raise PermissionError(f"{root}: unreadable")
+    monkeypatch.setattr(source_stamp, "source_hash", unreadable)
+    with source_stamp.taken_meanwhile():
+        pass
+    assert source_stamp._hash is None
+    with pytest.raises(PermissionError, match="unreadable"):   # where the launch that needs it sees it
+        source_stamp.package_hash()
+
+
+def test_no_thread_without_a_cache(no_stamp_yet):
+    with source_stamp.taken_meanwhile(False):
+        pass
+    assert source_stamp._worker is None and source_stamp._hash is None
+    runtime.Runtime("interp")   # (the interpreter runs IR made afresh: no disk cache, no hash)
+    assert source_stamp._worker is None and source_stamp._hash is None

@@ -1,11 +1,13 @@
 """The on-disk compile cache can neither lie nor be abused: edited, corrupt or planted entries are never used
-(recompiled instead, nothing in them runs), a kernel reading a user class sees its current attributes, the
-folder is private, other users' files are left alone, and the folder stays within SPVAD_CACHE_MAX_MB."""
+(recompiled instead, nothing in them runs), an edited spvad never loads what the old one compiled, a kernel
+reading a user class sees its current attributes, the folder is private, other users' files are left alone,
+and the folder stays within SPVAD_CACHE_MAX_MB."""
 import base64
 import enum
 import json
 import os
 import pickle
+import shutil
 import struct
 import subprocess
 import sys
@@ -212,8 +214,9 @@ print("RESULT", round(float(y.to_numpy()[0]), 5), "compiled" if compiled else "c
 '''
 
 
-def run_child(script, cache_dir, **env):
-    env = dict(os.environ, SPVAD_CACHE_DIR=str(cache_dir), PYTHONPATH=ROOT, **env)
+def run_child(script, cache_dir, root=ROOT, **env):
+    """(the value, "compiled" or "cached") a child printed; `root`: the folder holding the spvad it imports."""
+    env = dict(os.environ, SPVAD_CACHE_DIR=str(cache_dir), PYTHONPATH=str(root), **env)
     env.pop("SPVAD_CACHE", None)
     p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -231,6 +234,46 @@ def test_a_class_attribute_edited_between_processes_is_seen(tmp_path):
     assert run_child(script, d) == (pytest.approx(1.2345 + 0.75), "cached")    # a warm process skips the compiler
     script.write_text(CHILD.replace("offset = 0.5", "offset = 1.5").replace("dt = 0.1", "dt = 0.25"))
     assert run_child(script, d) == (pytest.approx(1.2345 + 1.75), "compiled")  # ... and so is a base class's
+
+
+EDITED_COMPILER_CHILD = '''
+import sys
+import numpy as np
+import spvad as sp
+from spvad import source_stamp
+source_stamp.source_hash.__defaults__ = (0.0,)   # stats decide even right after the copy (no racy window)
+kernel_module = sys.modules["spvad.kernel"]
+compiled = []
+_compile = kernel_module.compile_kernel
+kernel_module.compile_kernel = lambda *a, **k: compiled.append(1) or _compile(*a, **k)
+
+@sp.kernel
+def affine(x: sp.Array, y: sp.Array):
+    for i in range(x.shape[0]):
+        y[i] = x[i] * 2.5 + 0.25
+
+sp.init()
+assert source_stamp._worker is not None, "sp.init took no source hash meanwhile"
+x, y = sp.from_numpy(np.arange(4, dtype=np.float32)), sp.ndarray(sp.f32, (4,))
+affine(x, y)
+print("RESULT", float(y.to_numpy()[3]), "compiled" if compiled else "cached")
+'''
+
+
+def test_an_edited_compiler_never_loads_the_old_compilers_entry(tmp_path):
+    """A copy of spvad, run in fresh processes sharing a cache folder: a warm process loads the entry (the
+    hash sp.init takes in a thread is the same in every process); after an edit of the copy's lowering
+    (multiplication emitted as addition) the next process compiles with it and gets its result."""
+    tree, d, script = tmp_path / "tree", tmp_path / "cache", tmp_path / "child.py"
+    shutil.copytree(os.path.dirname(sp.__file__), tree / "spvad", ignore=shutil.ignore_patterns("__pycache__"))
+    script.write_text(EDITED_COMPILER_CHILD)
+    assert run_child(script, d, tree) == (3 * 2.5 + 0.25, "compiled")
+    assert run_child(script, d, tree) == (3 * 2.5 + 0.25, "cached")
+    ops = tree / "spvad" / "spirv" / "lower_ops.py"
+    text = ops.read_text()
+    assert text.count("IROp.MUL: _kinds(f=_op(Op.OpFMul)") == 1
+    ops.write_text(text.replace("IROp.MUL: _kinds(f=_op(Op.OpFMul)", "IROp.MUL: _kinds(f=_op(Op.OpFAdd)"))
+    assert run_child(script, d, tree) == (3 + 2.5 + 0.25, "compiled")
 
 
 def test_flipped_spirv_bits_never_reach_the_driver(tmp_path):

@@ -427,6 +427,62 @@ def test_pipeline_cache_persists_across_devices(tmp_path):
     d.close()
 
 
+
+def adds_right(d, n=100):
+    """One launch of the add kernel on `d` (A + A) and a sync: the values are right."""
+    a = np.random.default_rng(n).uniform(-1, 1, n).astype(np.float32)
+    A, C = upload(d, a), d.create_buffer(4 * n)
+    d.launch(d.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4), [A, A, C],
+             struct.pack("<I", n), groups_for(n))
+    d.sync()
+    np.testing.assert_array_equal(C.view(np.float32), a + a)
+
+
+def test_a_cpu_device_opens_with_an_empty_dispatch_that_no_sync_waits_for():
+    """lavapipe sets up its shader compiler (LLVM) at a process's first dispatch: a CPU device dispatches an
+    empty shader as it opens, in a command buffer of its own that syncs leave alone (a host write right after
+    init would wait for it); it is valid SPIR-V, and the close waits for it and frees it."""
+    from spvad.rhi.vulkan import warm_up
+    from spvad.spirv import tools
+    tools.validate(warm_up.EMPTY_SHADER, kernel_name="(driver warm-up)", target_env="vulkan1.0")
+    d = make_device(validation=True)
+    try:
+        # (a GPU's driver compiles at pipeline creation; without Mesa's shader cache it would cost more)
+        warmed = d.info["device_type"] == "cpu" and warm_up.wanted()
+        assert len(d._frames) == len(d._pipelines) == int(warmed) and not d._inflight and not d._free_frames
+        adds_right(d)   # (after the warm-up in the queue)
+        msgs = d.validation_messages()
+    finally:
+        d.close()
+    assert msgs + d.validation_messages() == []
+
+
+def test_no_warm_up_without_mesas_shader_cache(monkeypatch):
+    monkeypatch.setenv("MESA_SHADER_CACHE_DISABLE", "true")
+    d = make_device(validation=True)
+    assert not d._frames and not d._pipelines
+    d.close()
+
+
+def test_a_refused_warm_up_leaves_the_device_usable(monkeypatch):
+    from spvad.rhi.vulkan.program import ProgramMixin
+    real = ProgramMixin.create_pipeline
+
+    def refuse_the_warm_up(self, spirv, *, name, **kwargs):
+        if name == "(driver warm-up)":
+            raise PipelineCreationError("refused")
+        return real(self, spirv, name=name, **kwargs)
+    monkeypatch.setattr(ProgramMixin, "create_pipeline", refuse_the_warm_up)
+    d = make_device(validation=True)
+    try:
+        assert not d._inflight and not d._frames
+        adds_right(d)
+        msgs = d.validation_messages()
+    finally:
+        d.close()
+    assert msgs + d.validation_messages() == []
+
+
 def test_copy_and_fill_are_ordered_with_launches(dev):
     """launch (C = A + B) -> copy C into D -> fill C -> launch (C = A + D) -> copy, all before one sync:
     each command sees the one before it (synchronization validation checks the barriers)."""

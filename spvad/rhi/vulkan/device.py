@@ -11,10 +11,10 @@ import os
 import time
 
 
-from ...errors import DeviceError
+from ...errors import DeviceError, PipelineCreationError
 from ...spirv.lower import LOOP_ITERATION_CAP
 from ..base import Device
-from . import pipeline_cache
+from . import pipeline_cache, warm_up
 from .buffers import BufferMixin, chunk_bytes, free_allocations
 from .loader import install_hint
 from .program import ProgramMixin
@@ -91,6 +91,11 @@ class VulkanDevice(BufferMixin, ProgramMixin, Device):
         except BaseException:
             self.close()
             raise
+        if self._info["device_type"] == "cpu" and warm_up.wanted():   # (a GPU compiles at pipeline creation)
+            try:
+                warm_up.warm_up(self)
+            except (DeviceError, PipelineCreationError):   # only a head start: the first kernel pays it then
+                pass
 
     # -- construction -------------------------------------------------------------------------------
     def _create_instance(self):

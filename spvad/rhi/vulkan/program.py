@@ -358,6 +358,19 @@ class ProgramMixin:
             msgs = "\n  ".join(self._collector.take_since(mark))
             check(r, fn_name, context="submitting launches" + (f" ({msgs})" if msgs else "") + ": ")
 
+    def submit_alone(self, pipeline, groups):
+        """Dispatch `pipeline` (no buffers, no push constants) in a command buffer of its own that no sync
+        waits for (the driver warm-up, warm_up.py: a host write right after sp.init must not wait for it).
+        The device's close waits for it, then frees the command buffer and the pipeline."""
+        frame = _Frame(self._device, self._cmd_pool)
+        self._frames.append(frame)   # (never reused: its fence goes at close)
+        cmd = frame.cmd
+        check(lib.vkBeginCommandBuffer(cmd, self._begin_ptr), "vkBeginCommandBuffer")
+        lib.vkCmdBindPipeline(cmd, BIND_COMPUTE, pipeline._handle)
+        lib.vkCmdDispatch(cmd, *groups)
+        check(lib.vkEndCommandBuffer(cmd), "vkEndCommandBuffer")
+        check(lib.vkQueueSubmit(self._queue, 1, frame.submit_ptr, frame.fence), "vkQueueSubmit")
+
     # -- the hot path -------------------------------------------------------------------------------
     def launch(self, pipeline, buffers, push_constants, groups):
         """See base.Device.launch. Builds no Vulkan struct once the buffer tuple has been seen."""
