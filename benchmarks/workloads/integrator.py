@@ -46,13 +46,19 @@ def _check_gradient(gx, gw, ref):
 
 
 # ---- spvad -------------------------------------------------------------------------------------------
-@sp.kernel
-def integrate(x: sp.Array, w: sp.Array, y: sp.Array, steps: sp.i32):
-    for i in range(x.shape[0]):
-        v = x[i]
-        for _ in range(steps):
-            v = v + 0.01 * sp.sin(v) * w[i]
-        y[i] = v
+def make_integrate(rate=0.01):
+    """The integrator kernel with its rate a compile-time constant (another rate: another kernel to compile)."""
+    @sp.kernel
+    def integrate(x: sp.Array, w: sp.Array, y: sp.Array, steps: sp.i32):
+        for i in range(x.shape[0]):
+            v = x[i]
+            for _ in range(steps):
+                v = v + rate * sp.sin(v) * w[i]
+            y[i] = v
+    return integrate
+
+
+integrate = make_integrate()
 
 
 def prepare_spvad(cfg, ref):
@@ -94,21 +100,24 @@ def prepare_limit(cfg, ref):
 
 
 # ---- Taichi and Quadrants (same language; Quadrants is a fork of Taichi) --------------------------------
-def build_peer(ti, n):
+def build_peer(ti, n, rate=0.01):
     """Fields x, w, y (n,) with gradients and the integrator kernel (also used by the compile workload)."""
     x = ti.field(ti.f32, n, needs_grad=True)
     w = ti.field(ti.f32, n, needs_grad=True)
     y = ti.field(ti.f32, n, needs_grad=True)
+    return x, w, y, build_peer_kernel(ti, x, w, y, rate)
 
+
+def build_peer_kernel(ti, x, w, y, rate=0.01):
     @ti.kernel
     def integrate_peer(steps: ti.i32):
         for i in x:
             v = x[i]
             for _ in range(steps):
-                v = v + 0.01 * ti.sin(v) * w[i]
+                v = v + rate * ti.sin(v) * w[i]
             y[i] = v
 
-    return x, w, y, integrate_peer
+    return integrate_peer
 
 
 def _prepare_taichi_like(system, cfg, ref):
