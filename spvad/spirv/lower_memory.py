@@ -15,6 +15,7 @@ simplest valid way to get an integer pointer to a float element is to declare th
 with the same-width unsigned integer type (a "word view": u32 for f32, u64 for f64); plain loads and
 stores of such a binding bitcast. No two variables alias one binding, which keeps SPIRV-Cross happy.
 """
+import functools
 import struct
 from dataclasses import dataclass, field
 
@@ -439,10 +440,9 @@ class Memory:
 
         def flag():
             if overflows:
-                bits = [pick(over, L.u32c(1 << min(k, MAX_FLAG_BIT))) for k, over, _ in overflows]
-                while len(bits) > 1:
-                    bits = [f.emit(Op.OpBitwiseOr, u32, bits[0], bits[1])] + bits[2:]
-                f.emit(Op.OpAtomicOr, u32, word(0), self.scope, self.relaxed, bits[0])
+                bits = functools.reduce(lambda a, b: f.emit(Op.OpBitwiseOr, u32, a, b),
+                                        [pick(over, L.u32c(1 << min(k, MAX_FLAG_BIT))) for k, over, _ in overflows])
+                f.emit(Op.OpAtomicOr, u32, word(0), self.scope, self.relaxed, bits)
             for k, over, depth in overflows:
                 f.emit(Op.OpAtomicUMax, u32, word(N.FLAG_WORDS_HEADER + k), self.scope, self.relaxed,
                        pick(over, depth))
@@ -450,7 +450,4 @@ class Memory:
                 f.emit(Op.OpAtomicOr, u32, word(self.lay.loop_cut_word), self.scope, self.relaxed,
                        pick(loop_cut, L.u32c(1)))
 
-        cond = conds[0]
-        for c in conds[1:]:
-            cond = L.emit(Op.OpLogicalOr, T.u1, cond, c)
-        L.when(cond, flag)
+        L.when(functools.reduce(lambda a, b: L.emit(Op.OpLogicalOr, T.u1, a, b), conds), flag)
