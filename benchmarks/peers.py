@@ -219,7 +219,7 @@ def table(rows, systems, titles):
 
 def metadata(args, systems, unavailable):
     info = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "quick": args.quick,
-            "repeat": args.repeat, "warmup": 1, "python": platform.python_version(), "machine": platform.node(),
+            "repeat": args.repeat, "warmup": 1, "sample_s": common.SAMPLE_S, "python": platform.python_version(), "machine": platform.node(),
             "versions": {d: installed_version(d) for d in ("spvad", "taichi", "quadrants", "numpy")},
             "systems": list(systems), "unavailable": unavailable, "cpu": cpu_model()}
     try:
@@ -292,7 +292,8 @@ def main():
     dev = meta["device"].get("name", meta["device"].get("error"))
     print(f"device: {dev} (Vulkan); CPU: {meta['cpu']}; versions: " +
           ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v) +
-          f"; median of {args.repeat} after 1 warm-up; ratio = spvad time / other time (< 1: spvad faster; "
+          f"; median of {args.repeat} samples after 1 warm-up (a sample of an operation under "
+          f"{common.SAMPLE_S * 1e3:.0f} ms: the mean of enough runs to last that long); ratio = spvad time / other time (< 1: spvad faster; "
           "spvad/limit: how far spvad is from hand-written GLSL on the same RHI, 1 = as fast)")
     print(table(rows, systems, titles))
     print(f"\nresults: {os.path.relpath(path)}; total {meta['total_s']} s")

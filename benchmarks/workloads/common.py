@@ -113,20 +113,35 @@ def describe(e):
     return f"{type(e).__name__}: {text[-1][:300] if text else ''}{where}"
 
 
-def _run_once(op):
-    if op.setup:
-        op.setup()
+SAMPLE_S = 0.02   # a timed sample repeats a short operation to last about this long: a single 1-3 ms run is
+                  # at the mercy of one scheduler tick on a loaded 2-core machine (MPM's Tape swung 1.23-1.45x)
+
+
+def _run_once(op, times=1):
+    """Seconds per run of `op` (per `op.per`), the mean of `times` runs, each after its untimed setup."""
+    total = 0.0
+    for _ in range(times):
+        if op.setup:
+            op.setup()
+            op.sync()
+        t0 = time.perf_counter()
+        op.run()
         op.sync()
-    t0 = time.perf_counter()
-    op.run()
-    op.sync()
-    return (time.perf_counter() - t0) / op.per
+        total += time.perf_counter() - t0
+    return total / times / op.per
+
+
+def runs_per_sample(op):
+    """How many runs of a warmed-up `op` one sample averages so that it lasts about SAMPLE_S (1 to 50)."""
+    seconds = _run_once(op) * op.per
+    return max(1, min(50, round(SAMPLE_S / max(seconds, 1e-6))))
 
 
 def bench(workload, op_name, ops, repeat, warmup=1):
     """Rows for one operation of every system in `ops` ({system: Op}): each system warms up (compiles) and is
     checked; then the systems still standing are timed `repeat` times, interleaved in a rotating order so
-    that load from elsewhere on the machine falls on all of them alike; the median is reported."""
+    that load from elsewhere on the machine falls on all of them alike; the median is reported. A sample of
+    a short operation is the mean of several runs (runs_per_sample)."""
     rows, live = [], []
     for system, op in ops.items():
         try:
@@ -137,23 +152,24 @@ def bench(workload, op_name, ops, repeat, warmup=1):
             rows.append(row(workload, op_name, system, "ERROR", unit=op.unit, detail=describe(e)))
             continue
         if ok:
-            live.append((system, op, detail))
+            live.append((system, op, detail, runs_per_sample(op)))
         else:
             rows.append(row(workload, op_name, system, "WRONG", unit=op.unit, detail=detail))
-    samples = {system: [] for system, _, _ in live}
+    samples = {system: [] for system, *_ in live}
     failed = {}
     for r in range(repeat):
-        for system, op, _ in live[r % max(len(live), 1):] + live[:r % max(len(live), 1)]:
+        for system, op, _, times in live[r % max(len(live), 1):] + live[:r % max(len(live), 1)]:
             if system in failed:
                 continue
             try:
-                samples[system].append(_run_once(op))
+                samples[system].append(_run_once(op, times))
             except Exception as e:  # noqa: BLE001
                 failed[system] = describe(e)
-    for system, op, detail in live:
+    for system, op, detail, times in live:
         if system in failed:
             rows.append(row(workload, op_name, system, "ERROR", unit=op.unit, detail=failed[system]))
         else:
             s = samples[system]
             rows.append(row(workload, op_name, system, "OK", statistics.median(s), op.unit, op.scale, detail, s))
+            rows[-1]["runs_per_sample"] = times
     return rows
