@@ -260,7 +260,7 @@ class Tape:
             try:
                 self._conclude_plan()
                 self._start_gradients()
-                runtime.get().device.submit()   # the forward runs while the backward is recorded
+                runtime.get().device.submit()   # on a GPU the forward runs while the backward is recorded
                 for entry in reversed(self.entries):
                     entry.backward(self)
                 runtime.sync()   # the only wait: the forward and the backward run as queued

@@ -257,6 +257,25 @@ def test_launches_reach_an_idle_device_without_a_sync(dev):
     np.testing.assert_array_equal(X.view(np.float32), np.full(n, 100, np.float32))
 
 
+def test_submit_starts_recorded_launches_on_a_gpu_only(dev, monkeypatch):
+    """submit() (a Tape's hint before recording its backward) starts what is recorded on a GPU; on a CPU
+    device, whose threads share the host's cores, it keeps recording into the same batch. Values as ever."""
+    n = 256
+    X, one = upload(dev, np.zeros(n, np.float32)), upload(dev, np.ones(n, np.float32))
+    Y = dev.create_buffer(4 * n)
+    pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+    pc = struct.pack("<I", n)
+    for device_type, started in (("cpu", False), ("discrete", True)):
+        monkeypatch.setitem(dev._info, "device_type", device_type)
+        dev.sync()
+        dev.launch(pipe, [X, one, Y], pc, groups_for(n))
+        dev.submit()
+        assert (dev._cmd is None) == started, device_type
+        dev.launch(pipe, [Y, one, X], pc, groups_for(n))
+        dev.sync()
+    np.testing.assert_array_equal(X.view(np.float32), np.full(n, 4, np.float32))
+
+
 def test_spec_constants_change_behaviour(dev):
     n = 300
     a, b = np.linspace(-1, 1, n, dtype=np.float32), np.linspace(2, 3, n, dtype=np.float32)

@@ -350,8 +350,10 @@ class VulkanDevice(BufferMixin, ProgramMixin, Device):
         return True
 
     def submit(self):
-        """See base.Device.submit."""
-        if self._cmd is not None:
+        """See base.Device.submit. Ignored on a CPU device (lavapipe): its threads run on the cores the host
+        records on, so the early start buys no overlap, while the extra submission and command buffer cost
+        host time (an MPM Tape: 0.1 ms of 3, measured interleaved)."""
+        if self._cmd is not None and self._info["device_type"] != "cpu":
             self._flush()
 
     def sync(self):
