@@ -10,7 +10,7 @@ reused scratch arrays and host writes inside a Tape give the gradients of the pr
 import functools
 import weakref
 
-from . import recording, runtime
+from . import planned_backward, recording, runtime
 from . import types as T
 from .checkpoints import Checkpoints, StateView
 from .errors import ArgumentError, AutodiffRuleError
@@ -63,6 +63,7 @@ class Tape:
         self.checkpoints = Checkpoints(checkpoint_budget)
         self.follower = None      # tape_plan.Follower: the plan this Tape follows while its launches match
         self.builder = None       # tape_plan.PlanBuilder: this Tape's plan, while it can make one
+        self.followed = None      # the plan this Tape followed to the end (its backward may run as a batch)
 
     @property
     def checkpoint_bytes(self):
@@ -261,8 +262,11 @@ class Tape:
                 self._conclude_plan()
                 self._start_gradients()
                 runtime.get().device.submit()   # on a GPU the forward runs while the backward is recorded
-                for entry in reversed(self.entries):
-                    entry.backward(self)
+                # the plan's batch, or launch by launch (then recorded as its batch for the next Tape); a Tape
+                # that gave temporary .grad companions binds new ones every time: no batch repeats it
+                followed = self.followed if not self.temporary else None
+                if followed is None or not planned_backward.run(followed, self.entries):
+                    planned_backward.launch_by_launch(self, followed)
                 runtime.sync()   # the only wait: the forward and the backward run as queued
             finally:
                 self._release()
@@ -274,6 +278,7 @@ class Tape:
         follower = self.follower
         if follower is not None and follower.finished():
             self.arrays = {id(a): a for a in follower.live}
+            self.followed = follower.plan
             return
         self._unfollow()
         cp = self.checkpoints

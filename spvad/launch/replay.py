@@ -124,18 +124,22 @@ class BoundReplay:
         self.threads_fixed = all(r.threads_fixed for r in records)
 
     def rerun(self, specs, arrays, scalars, views=None):
+        if not self.matches(specs, arrays, scalars, views):
+            return False
+        relaunch(self.live, scalars)
+        bump_versions(self.ck.facts.writes, arrays)
+        return True
+
+    def matches(self, specs, arrays, scalars, views=None):
+        """Whether a launch with these arguments is these dispatches with its scalars packed again."""
         if self.rt is not runtime.current() or self.dtypes is None or len(arrays) != len(self.bound) or \
                 (views or self.views) and view_buffers(views) != self.views:
             return False
         for (ref, grad), a in zip(self.bound, arrays):
             if ref() is not a or (grad() if grad else None) is not a.grad:
                 return False
-        if (specs is not self.specs and _scalar_dtypes(specs) != self.dtypes) or \
-                not (self.threads_fixed or same_threads(self.records, scalars)):
-            return False
-        relaunch(self.live, scalars)
-        bump_versions(self.ck.facts.writes, arrays)
-        return True
+        return (specs is self.specs or _scalar_dtypes(specs) == self.dtypes) and \
+            (self.threads_fixed or same_threads(self.records, scalars))
 
 
 def view_buffers(views):

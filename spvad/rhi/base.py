@@ -174,6 +174,17 @@ class Device(ABC):
         for buf, offset, nbytes, word in fills:
             self.fill_buffer(buf, offset, nbytes, word)
 
+    def record_batch(self, launches):
+        """A batch of `launches` ((pipeline, buffers, push constants, groups) each, as `launch` takes them, or
+        with groups an indirect (buffer, byte offset)) recorded once, for `run_batch` to run again as they
+        are; None where a backend has no such thing (then the caller launches one by one)."""
+        return None
+
+    def run_batch(self, batch):
+        """Record running a batch of `record_batch`, ordered like its launches one by one; False (nothing
+        recorded) when something it binds was freed or re-made since."""
+        return False
+
     def submit(self):
         """Start running what is recorded, without waiting (a hint: a Tape's forward runs while its backward
         is recorded). Backends that record batches override it."""

@@ -1,7 +1,7 @@
 """VulkanDevice: instance, device selection, features, buffers, sync and teardown.
 
-Pipelines, descriptor sets, command-buffer recording and `launch` live in program.py (`ProgramMixin`);
-every workaround for the `vulkan` package lives in vkapi.py. Execution model: launches are recorded
+Pipelines, descriptor sets, command-buffer recording and `launch` live in program.py (`ProgramMixin`),
+recorded batches of launches in batches.py (`BatchMixin`); every workaround for the `vulkan` package lives in vkapi.py. Execution model: launches are recorded
 into a command buffer; `sync()` submits it and waits on fences. The batch is submitted early (without
 waiting) into a small ring of command buffers when the device has finished what it was given (looked at
 every 16 launches) or after `flush_every` launches, so the device works while Python records. Objects
@@ -15,6 +15,7 @@ from ...errors import DeviceError, PipelineCreationError
 from ...spirv.lower import LOOP_ITERATION_CAP
 from ..base import Device
 from . import pipeline_cache, warm_up
+from .batches import BatchMixin
 from .buffers import BufferMixin, chunk_bytes, free_allocations
 from .loader import install_hint
 from .program import ProgramMixin
@@ -65,7 +66,7 @@ def _timeout_message(seconds, frames, device_name):
             "longer")
 
 
-class VulkanDevice(BufferMixin, ProgramMixin, Device):
+class VulkanDevice(BufferMixin, ProgramMixin, BatchMixin, Device):
     """A Vulkan compute device. See base.Device for the contract of each method."""
 
     flush_every = 1024        # launches per command buffer before an early submit
