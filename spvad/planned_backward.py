@@ -50,8 +50,9 @@ def launch_by_launch(tape, plan=None):
 
 
 def _record(plan, entries, replays):
-    """The plan's batch, when every launch of the pass (backward order) repeated a replay."""
-    steps, launches = [], []
+    """The plan's batch, when every launch of the pass (backward order) repeated a replay (else none: the
+    next passes would find the same)."""
+    plan.backward, steps, launches = False, [], []
     for entry, replay in zip(entries, replays):
         if replay is None or not replay.matches(entry.step.recipe.specs, entry.everything, entry.scalars):
             return
