@@ -87,7 +87,7 @@ class Replay:
         """Launch again: the recorded dispatches as they are, or with push constants packed for new scalars."""
         if scalars is self.scalars:
             for r in self.live:
-                r.call(*r.recorded)
+                r.send(r.recorded[2])
                 if r.on_device.reports:
                     r.on_device.after_launch(r.spec)
         else:
@@ -154,14 +154,15 @@ def _scalar_dtypes(specs):
 
 
 class Record:
-    """One dispatch of a recorded launch: the device method and its arguments (None when the task ran no
+    """One dispatch of a recorded launch: the device's prepared launch (called with push-constant bytes) and
+    the launch's device arguments (pipeline, buffers, push constants, groups; None when the task ran no
     thread), its task on the device, spec constants, push-constant packer, thread count (None: counted on
     the device) and array shapes."""
-    __slots__ = ("call", "recorded", "on_device", "spec", "push", "n", "shapes", "threads_fixed")
+    __slots__ = ("send", "recorded", "on_device", "spec", "push", "n", "shapes", "threads_fixed")
 
-    def __init__(self, call, recorded, on_device, spec, push, n, shapes):
-        self.call, self.recorded, self.on_device, self.spec, self.push, self.n, self.shapes = \
-            call, recorded, on_device, spec, push, n, shapes
+    def __init__(self, send, recorded, on_device, spec, push, n, shapes):
+        self.send, self.recorded, self.on_device, self.spec, self.push, self.n, self.shapes = \
+            send, recorded, on_device, spec, push, n, shapes
         # the thread count reads no scalar, or the device computes it again at each launch
         self.threads_fixed = n is None or not on_device.ct.header_scalars
 
@@ -176,7 +177,6 @@ def relaunch(records, scalars):
     for r in records:
         if r.recorded is None:
             continue
-        pipeline, buffers, _, *groups = r.recorded   # groups: (x, y, z), or an indirect (buffer, offset)
-        r.call(pipeline, buffers, r.push(scalars), *groups)
+        r.send(r.push(scalars))
         if r.on_device.reports:
             r.on_device.after_launch(r.spec)
