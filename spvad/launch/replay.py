@@ -7,6 +7,7 @@ from .. import runtime
 from .. import types as T
 from ..frontend import TemplateSpec, VectorArgSpec
 from ..frontend.random_numbers import random_key_index
+from .same import grads_are, no_grad, refs_are
 from .versions import bump_versions, companion
 
 
@@ -27,7 +28,7 @@ class Replay:
         self.globals = [(site, weakref.ref(obj)) for (_, site, _), obj in zip(ck.captured, captured)]
         self.nargs = len(args)
         self.positions = [k for k, a in enumerate(args) if getattr(a, "_spvad_ndarray", False)]
-        self.refs = [(k, weakref.ref(args[k])) for k in self.positions]
+        self.refs = [weakref.ref(args[k]) for k in self.positions]
         # per scalar argument: (position, dtype, the Python type a range check admits, range, the recorded
         # object); None when an argument is a vector or a sp.template() value (their launches are bound anew)
         self.scalar_checks = []
@@ -56,9 +57,8 @@ class Replay:
         checks = self.scalar_checks
         if checks is None or len(args) != self.nargs or self.rt is not runtime.current():
             return None
-        for k, ref in self.refs:
-            if ref() is not args[k]:
-                return None
+        if not refs_are(self.refs, map(args.__getitem__, self.positions)):
+            return None
         for site, ref in self.globals:   # Python's rule: the arrays the names refer to at this launch
             obj = ref()
             if obj is None or site.get() is not obj:
@@ -87,14 +87,12 @@ class Replay:
         """Launch again: the recorded dispatches as they are, or with push constants packed for new scalars."""
         if scalars is self.scalars:
             for r in self.live:
-                r.send(r.recorded[2])
-                if r.on_device.reports:
-                    r.on_device.after_launch(r.spec)
+                r.send(r.pushed)
+                if r.reports is not None:
+                    r.reports(r.spec)
         else:
             relaunch(self.live, scalars)
-        for k, field in self.written_args:
-            a = args[k]
-            (a if field == "primal" else getattr(a, field)).version += 1
+        bump_versions(self.written_args, args)
         for k, field in self.written_captured:
             companion(self.globals[k][1](), field).version += 1
 
@@ -117,7 +115,8 @@ class BoundReplay:
     def __init__(self, specs, arrays, records, ck, views=None):
         self.rt = runtime.current()
         # the recorded dispatches bind these .grad buffers: a Tape's temporary .grad is a new one each time
-        self.bound = [(weakref.ref(a), a.grad is not None and weakref.ref(a.grad)) for a in arrays]
+        self.bound = [weakref.ref(a) for a in arrays]
+        self.grads = [no_grad if a.grad is None else weakref.ref(a.grad) for a in arrays]
         self.views = view_buffers(views)   # (held by the records too)
         self.specs, self.dtypes = specs, _scalar_dtypes(specs)
         self.records, self.live, self.ck = records, [r for r in records if r.recorded is not None], ck
@@ -127,9 +126,8 @@ class BoundReplay:
         if self.rt is not runtime.current() or self.dtypes is None or len(arrays) != len(self.bound) or \
                 (views or self.views) and view_buffers(views) != self.views:
             return False
-        for (ref, grad), a in zip(self.bound, arrays):
-            if ref() is not a or (grad() if grad else None) is not a.grad:
-                return False
+        if not (refs_are(self.bound, arrays) and grads_are(self.grads, arrays)):
+            return False
         if (specs is not self.specs and _scalar_dtypes(specs) != self.dtypes) or \
                 not (self.threads_fixed or same_threads(self.records, scalars)):
             return False
@@ -157,12 +155,16 @@ class Record:
     """One dispatch of a recorded launch: the device's prepared launch (called with push-constant bytes) and
     the launch's device arguments (pipeline, buffers, push constants, groups; None when the task ran no
     thread), its task on the device, spec constants, push-constant packer, thread count (None: counted on
-    the device) and array shapes."""
-    __slots__ = ("send", "recorded", "on_device", "spec", "push", "n", "shapes", "threads_fixed")
+    the device) and array shapes. `reports`: what each launch tells its task on the device (flags or prints
+    to read at the next sync), None when nothing."""
+    __slots__ = ("send", "recorded", "pushed", "on_device", "reports", "spec", "push", "n", "shapes",
+                 "threads_fixed")
 
     def __init__(self, send, recorded, on_device, spec, push, n, shapes):
         self.send, self.recorded, self.on_device, self.spec, self.push, self.n, self.shapes = \
             send, recorded, on_device, spec, push, n, shapes
+        self.pushed = recorded and recorded[2]
+        self.reports = on_device.after_launch if on_device.reports else None
         # the thread count reads no scalar, or the device computes it again at each launch
         self.threads_fixed = n is None or not on_device.ct.header_scalars
 
@@ -173,10 +175,9 @@ def same_threads(records, scalars):
 
 
 def relaunch(records, scalars):
-    """Launch recorded dispatches again with new scalar values (same thread counts: see same_threads)."""
+    """Launch recorded dispatches (those that ran threads) again with new scalar values (same thread counts:
+    see same_threads)."""
     for r in records:
-        if r.recorded is None:
-            continue
         r.send(r.push(scalars))
-        if r.on_device.reports:
-            r.on_device.after_launch(r.spec)
+        if r.reports is not None:
+            r.reports(r.spec)
