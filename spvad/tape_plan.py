@@ -11,8 +11,6 @@ expect) it works out what the launches followed so far did, as if it had recorde
 in full (tape.py `_unfollow`)."""
 import weakref
 
-from .launch.same import all_is, grads_present, versions_since
-
 
 class Step:
     """One launch of a plan: its kernel (a weak reference: a plan keeps no kernel alive), compiled kernel,
@@ -85,19 +83,17 @@ class Follower:
             return None
         step = steps[self.at]
         if step.kernel() is not kernel or step.ck is not ck or len(step.idx) != len(everything) or \
-                step.scalars != scalars or step.recipe.grads != grads_present(arrays):
+                step.scalars != scalars or step.recipe.grads != tuple([a.grad is not None for a in arrays]):
             return None
         live, base = self.live, self.base
-        if not all_is(map(live.__getitem__, step.idx), everything):
-            return None
-        firsts = list(map(base.__getitem__, step.idx))
-        if None in firsts:   # some array's first launch in the plan, hence (all before matched) in this Tape
-            for j, a in zip(step.idx, everything):
-                if base[j] is None:
-                    base[j] = a.version
-            firsts = list(map(base.__getitem__, step.idx))
-        if versions_since(everything, firsts) != step.rels:   # a write the plan did not see
-            return None
+        for a, j, rel in zip(everything, step.idx, step.rels):
+            if live[j] is not a:
+                return None
+            first = base[j]
+            if first is None:   # its first launch in the plan, hence (all before matched) in this Tape
+                base[j] = a.version
+            elif a.version - first != rel:   # a write the plan did not see
+                return None
         self.at += 1
         return step
 

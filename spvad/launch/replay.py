@@ -7,7 +7,6 @@ from .. import runtime
 from .. import types as T
 from ..frontend import TemplateSpec, VectorArgSpec
 from ..frontend.random_numbers import random_key_index
-from .same import grads_are, no_grad, refs_are
 from .versions import bump_versions, companion
 
 
@@ -28,7 +27,7 @@ class Replay:
         self.globals = [(site, weakref.ref(obj)) for (_, site, _), obj in zip(ck.captured, captured)]
         self.nargs = len(args)
         self.positions = [k for k, a in enumerate(args) if getattr(a, "_spvad_ndarray", False)]
-        self.refs = [weakref.ref(args[k]) for k in self.positions]
+        self.refs = [(k, weakref.ref(args[k])) for k in self.positions]
         # per scalar argument: (position, dtype, the Python type a range check admits, range, the recorded
         # object); None when an argument is a vector or a sp.template() value (their launches are bound anew)
         self.scalar_checks = []
@@ -57,8 +56,9 @@ class Replay:
         checks = self.scalar_checks
         if checks is None or len(args) != self.nargs or self.rt is not runtime.current():
             return None
-        if not refs_are(self.refs, map(args.__getitem__, self.positions)):
-            return None
+        for k, ref in self.refs:
+            if ref() is not args[k]:
+                return None
         for site, ref in self.globals:   # Python's rule: the arrays the names refer to at this launch
             obj = ref()
             if obj is None or site.get() is not obj:
@@ -115,8 +115,7 @@ class BoundReplay:
     def __init__(self, specs, arrays, records, ck, views=None):
         self.rt = runtime.current()
         # the recorded dispatches bind these .grad buffers: a Tape's temporary .grad is a new one each time
-        self.bound = [weakref.ref(a) for a in arrays]
-        self.grads = [no_grad if a.grad is None else weakref.ref(a.grad) for a in arrays]
+        self.bound = [(weakref.ref(a), a.grad is not None and weakref.ref(a.grad)) for a in arrays]
         self.views = view_buffers(views)   # (held by the records too)
         self.specs, self.dtypes = specs, _scalar_dtypes(specs)
         self.records, self.live, self.ck = records, [r for r in records if r.recorded is not None], ck
@@ -126,8 +125,9 @@ class BoundReplay:
         if self.rt is not runtime.current() or self.dtypes is None or len(arrays) != len(self.bound) or \
                 (views or self.views) and view_buffers(views) != self.views:
             return False
-        if not (refs_are(self.bound, arrays) and grads_are(self.grads, arrays)):
-            return False
+        for (ref, grad), a in zip(self.bound, arrays):
+            if ref() is not a or (grad() if grad else None) is not a.grad:
+                return False
         if (specs is not self.specs and _scalar_dtypes(specs) != self.dtypes) or \
                 not (self.threads_fixed or same_threads(self.records, scalars)):
             return False
