@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
+from test_tape_plans import central
 
 pytestmark = pytest.mark.backends
 
@@ -35,16 +36,6 @@ def loss_np(x0, w, scales):
     for s in scales:
         x = x + 0.3 * w * np.tanh(s * x)
     return np.sum(x * x * np.arange(1, N + 1))
-
-
-def central(f, p, h=1e-6):
-    out = np.zeros(p.size)
-    for k in range(p.size):
-        hi, lo = p.astype(np.float64), p.astype(np.float64)
-        hi[k] += h
-        lo[k] -= h
-        out[k] = (f(hi) - f(lo)) / (2 * h)
-    return out
 
 
 def test_temporary_grads_are_rebound_tape_after_tape(rng):
