@@ -259,11 +259,13 @@ class Kernel:
             modes = recording.modes
             if modes.fwd:
                 return self._launch_dual(modes.fwd[-1], args)
-            recorder = modes.tapes[-1] if modes.tapes else None
+            tapes = modes.tapes
+            recorder = tapes[-1] if tapes else None
             fast = self._replay
             if fast is not None and (recorder is None or not recorder.validation or not tape.validating()):
                 scalars = fast.new_scalars(self, args)   # the recorded list itself for the very same objects
-                if scalars is not None and (scalars is fast.scalars or fast.same_threads(scalars)):
+                if scalars is not None and (scalars is fast.scalars or fast.threads_fixed or
+                                            fast.same_threads(scalars)):
                     if fast.draws_random:   # a new list: run() packs the push constants again
                         scalars = self._fresh_random_key(fast.ck, scalars)
                     entry = recorder and recorder.before_launch(self, fast.specs, fast.arrays(args),

@@ -89,7 +89,8 @@ class Tape:
         if self.follower is not None:
             step = None if self.inside_custom else self.follower.match(kernel, ck, arrays, everything, scalars)
             if step is not None:
-                self._give_temporary_grads(step.recipe, arrays)
+                if step.recipe.given:
+                    self._give_temporary_grads(step.recipe, arrays)
                 entry = PlannedEntry(kernel, step, arrays, scalars, everything)
                 self.entries.append(entry)
                 return entry

@@ -68,19 +68,19 @@ def launch(ck, arrays, scalars, extra=(), views=None):
         if low.print_binding is not None:
             extra_buffers.append(print_buffer(rt, low))
         if n is None:   # the counting launch first: the dispatches below read the groups it writes
-            call, recorded, push = on_device.count.launch(arrays, scalars, shapes)
+            send, recorded, push = on_device.count.launch(arrays, scalars, shapes)
             if records is not None:
-                records.append(Record(call, recorded, on_device, spec, push, None, shapes))
+                records.append(Record(send, recorded, on_device, spec, push, None, shapes))
         for part in (low, low.tail):   # a coarsened task's last n % 4 elements are a second dispatch
             if part is None or (part is low.tail and n is not None and not part.threads(n)):
                 continue
             push = PushPacker(part, shapes, rt)
             threads = on_device.count.groups(part) if n is None else n
-            call, recorded = dispatch(rt, part, on_device.pipeline(spec, part), arrays, scalars, shapes, threads,
+            send, recorded = dispatch(rt, part, on_device.pipeline(spec, part), arrays, scalars, shapes, threads,
                                       extra_buffers, local, push)
             on_device.after_launch(spec)
             if records is not None:
-                records.append(Record(call, recorded, on_device, spec, push, n, shapes))
+                records.append(Record(send, recorded, on_device, spec, push, n, shapes))
     bump_versions(ck.facts.writes, arrays)
     return records
 

@@ -29,16 +29,17 @@ class DeviceCount:
         self.shared = self.words = None
 
     def launch(self, arrays, scalars, shapes):
-        """Queue the counting launch; returns (call, recorded, push) for a replay, as dispatch gives them."""
+        """Queue the counting launch; returns (prepared launch, recorded, push) for a replay, as dispatch gives
+        them."""
         low = self.ct.thread_count
         self.refuse_addressed(arrays)
         if self.words is None:
             self.shared = self.rt.shared_pipelines.get(low, self.ct.kernel_name + " (thread count)", None)
             self.words = self.rt.device.create_buffer(4 * ARGS_WORDS)
         push = PushPacker(low, shapes + [(ARGS_WORDS,)])
-        call, recorded = dispatch(self.rt, low, self.shared.pipeline, arrays + [BufferArg(self.words)], scalars,
+        send, recorded = dispatch(self.rt, low, self.shared.pipeline, arrays + [BufferArg(self.words)], scalars,
                                   shapes, SINGLE, push=push)
-        return call, recorded, push
+        return send, recorded, push
 
     def groups(self, part):
         """(buffer, byte offset) of the group counts of `part`: the task's module or a coarsened task's tail."""

@@ -8,20 +8,23 @@ from .shape_table import shape_table
 def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=(), local=None, push=None):
     """Record one dispatch of a lowered task over `n` threads (launches past the device's group-count
     limit fold into 2-D), or, `n` a (buffer, byte offset) pair, over the group counts the device wrote there
-    (a count read from arrays: device_count.py). Returns (device method, its arguments) for a replay.
+    (a count read from arrays: device_count.py). Returns (the prepared launch, which records it again for
+    push-constant bytes, its device arguments) for a replay.
     `push`: the PushPacker of the dispatch, when the caller keeps it (a replay repacks its scalars)."""
     buffers = [_buffer(arrays[ai], field) for ai, field in low.bindings] + list(extra_buffers)
     push = push or PushPacker(low, shapes, rt)
     if push.shape_page is not None:   # bound last (spirv/lower_memory.py)
         buffers.append(push.shape_page)
     if type(n) is tuple:
-        call, recorded = rt.device.launch_indirect, (pipeline, buffers, push(scalars), *n)
+        send, groups = rt.device.prepare_launch_indirect(pipeline, buffers, *n), n
     else:
-        groups = -(-low.threads(n) // (local or low.local_size))
-        gx = min(groups, rt.device.info["limits"]["max_workgroup_count"][0])
-        call, recorded = rt.device.launch, (pipeline, buffers, push(scalars), (gx, -(-groups // gx), 1))
-    call(*recorded)
-    return call, recorded
+        count = -(-low.threads(n) // (local or low.local_size))
+        gx = min(count, rt.device.info["limits"]["max_workgroup_count"][0])
+        groups = ((gx, -(-count // gx), 1),)
+        send = rt.device.prepare_launch(pipeline, buffers, *groups)
+    pushed = push(scalars)
+    send(pushed)
+    return send, (pipeline, buffers, pushed, *groups)
 
 
 class BufferArg:

@@ -87,14 +87,12 @@ class Replay:
         """Launch again: the recorded dispatches as they are, or with push constants packed for new scalars."""
         if scalars is self.scalars:
             for r in self.live:
-                r.call(*r.recorded)
-                if r.on_device.reports:
-                    r.on_device.after_launch(r.spec)
+                r.send(r.pushed)
+                if r.reports is not None:
+                    r.reports(r.spec)
         else:
             relaunch(self.live, scalars)
-        for k, field in self.written_args:
-            a = args[k]
-            (a if field == "primal" else getattr(a, field)).version += 1
+        bump_versions(self.written_args, args)
         for k, field in self.written_captured:
             companion(self.globals[k][1](), field).version += 1
 
@@ -158,14 +156,19 @@ def _scalar_dtypes(specs):
 
 
 class Record:
-    """One dispatch of a recorded launch: the device method and its arguments (None when the task ran no
+    """One dispatch of a recorded launch: the device's prepared launch (called with push-constant bytes) and
+    the launch's device arguments (pipeline, buffers, push constants, groups; None when the task ran no
     thread), its task on the device, spec constants, push-constant packer, thread count (None: counted on
-    the device) and array shapes."""
-    __slots__ = ("call", "recorded", "on_device", "spec", "push", "n", "shapes", "threads_fixed")
+    the device) and array shapes. `reports`: what each launch tells its task on the device (flags or prints
+    to read at the next sync), None when nothing."""
+    __slots__ = ("send", "recorded", "pushed", "on_device", "reports", "spec", "push", "n", "shapes",
+                 "threads_fixed")
 
-    def __init__(self, call, recorded, on_device, spec, push, n, shapes):
-        self.call, self.recorded, self.on_device, self.spec, self.push, self.n, self.shapes = \
-            call, recorded, on_device, spec, push, n, shapes
+    def __init__(self, send, recorded, on_device, spec, push, n, shapes):
+        self.send, self.recorded, self.on_device, self.spec, self.push, self.n, self.shapes = \
+            send, recorded, on_device, spec, push, n, shapes
+        self.pushed = recorded and recorded[2]
+        self.reports = on_device.after_launch if on_device.reports else None
         # the thread count reads no scalar, or the device computes it again at each launch
         self.threads_fixed = n is None or not on_device.ct.header_scalars
 
@@ -176,11 +179,9 @@ def same_threads(records, scalars):
 
 
 def relaunch(records, scalars):
-    """Launch recorded dispatches again with new scalar values (same thread counts: see same_threads)."""
+    """Launch recorded dispatches (those that ran threads) again with new scalar values (same thread counts:
+    see same_threads)."""
     for r in records:
-        if r.recorded is None:
-            continue
-        pipeline, buffers, _, *groups = r.recorded   # groups: (x, y, z), or an indirect (buffer, offset)
-        r.call(pipeline, buffers, r.push(scalars), *groups)
-        if r.on_device.reports:
-            r.on_device.after_launch(r.spec)
+        r.send(r.push(scalars))
+        if r.reports is not None:
+            r.reports(r.spec)

@@ -8,5 +8,6 @@ def companion(array, field):
 
 def bump_versions(writes, arrays):
     """Every (array index, field) a launch can write now holds new contents."""
-    for ai, field in writes:
-        companion(arrays[ai], field).version += 1
+    for ai, field in writes:   # (companion, inline: a Tape's replays bump at every launch)
+        a = arrays[ai]
+        (a if field == "primal" else getattr(a, field)).version += 1

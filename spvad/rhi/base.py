@@ -145,6 +145,16 @@ class Device(ABC):
         bindings 0..n-1 and ``push_constants`` bytes. Asynchronous: runs at the next ``sync``.
         Raises DeviceError if a group count exceeds the device limit (fold into 2-D first)."""
 
+    def prepare_launch(self, pipeline, buffers, groups):
+        """A callable that records ``launch(pipeline, buffers, push_constants, groups)`` when called with
+        ``push_constants``: a replayed dispatch. Backends may check and look up once what every such launch
+        needs (Vulkan: the descriptor set). Raises what ``launch`` raises for these groups."""
+        return lambda push_constants: self.launch(pipeline, buffers, push_constants, groups)
+
+    def prepare_launch_indirect(self, pipeline, buffers, args, offset):
+        """``prepare_launch`` for ``launch_indirect``."""
+        return lambda push_constants: self.launch_indirect(pipeline, buffers, push_constants, args, offset)
+
     def launch_indirect(self, pipeline, buffers, push_constants, args, offset):
         """Record one dispatch like ``launch`` whose group counts (x, y, z: three u32) are read from buffer
         ``args`` at byte ``offset`` when it runs, after the writes of the launches recorded before it (a

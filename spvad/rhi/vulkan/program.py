@@ -116,7 +116,7 @@ class ProgramMixin:
         self._set_layouts = {}     # num_buffers -> VkDescriptorSetLayout
         self._layouts = {}         # (num_buffers, push size) -> VkPipelineLayout
         self._pools = []           # [VkDescriptorPool, sets left, descriptors left]
-        self._sets = {}            # tuple of buffer uids -> (VkDescriptorSet[1], pool record)
+        self._sets = {}            # tuple of buffer uids -> [VkDescriptorSet[1], pool record] (_set_entry)
         self._sets_of_buffer = {}  # buffer uid -> keys of cached sets that bind it
         # Reused by every launch: the COMPUTE->COMPUTE barrier that orders consecutive launches.
         self._mb_c2c = vk.VkMemoryBarrier(
@@ -273,7 +273,7 @@ class ProgramMixin:
         return rec
 
     def _make_set(self, key, buffers):
-        """Allocate, write and cache the descriptor set binding `buffers` (cold path)."""
+        """Allocate, write and cache the descriptor set binding `buffers` (cold path); returns its entry."""
         limit = self.info["limits"]["max_storage_buffer_range"]
         for b in buffers:
             if getattr(b, "_device", None) is not self or b._handle is None:
@@ -290,10 +290,10 @@ class ProgramMixin:
             w.sType, w.dstSet, w.dstBinding = lib.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, sets[0], i
             w.descriptorCount, w.descriptorType, w.pBufferInfo = 1, STORAGE_BUFFER, infos + i
         lib.vkUpdateDescriptorSets(self._device, n, writes, 0, NULL)
-        self._sets[key] = (sets, rec)
+        entry = self._sets[key] = [sets, rec]
         for uid in set(key):
             self._sets_of_buffer.setdefault(uid, []).append(key)
-        return sets
+        return entry
 
     def _forget_buffer(self, uid):
         """Drop the cached sets that bind buffer `uid`; they are freed once no batch can use them."""
@@ -301,6 +301,7 @@ class ProgramMixin:
             entry = self._sets.pop(key, None)
             if entry is not None:
                 sets, rec = entry
+                entry[0] = None   # a PreparedLaunch holding it looks the set up again (and is refused)
                 self._retire(lambda s=sets, r=rec, n=len(key): self._free_set(s, r, n))
 
     def _free_set(self, sets, rec, n):
@@ -318,6 +319,8 @@ class ProgramMixin:
             vk.vkDestroyPipelineLayout(d, layout, None)
         for dsl in self._set_layouts.values():
             vk.vkDestroyDescriptorSetLayout(d, dsl, None)
+        for entry in self._sets.values():
+            entry[0] = None
         self._pools, self._layouts, self._set_layouts = [], {}, {}
         self._sets, self._sets_of_buffer = {}, {}
 
@@ -377,11 +380,22 @@ class ProgramMixin:
         gx, gy, gz = groups
         mx, my, mz = self._limits_groups
         if not (0 <= gx <= mx and 0 <= gy <= my and 0 <= gz <= mz):
-            raise DeviceError(f"kernel '{pipeline.name}': groups {tuple(groups)} exceed "
-                              f"maxComputeWorkGroupCount {self._limits_groups} (fold into 2-D)")
-        cmd = self._bind(pipeline, buffers, push_constants)
+            raise self._groups_error(pipeline, groups)
+        cmd = self._bind(pipeline, self._set_entry(pipeline, buffers)[0], push_constants)
         lib.vkCmdDispatch(cmd, gx, gy, gz)
         self._after_dispatch(cmd, pipeline)
+
+    def prepare_launch(self, pipeline, buffers, groups):
+        """See base.Device.prepare_launch: the groups checked and the descriptor set looked up once."""
+        gx, gy, gz = groups
+        mx, my, mz = self._limits_groups
+        if not (0 <= gx <= mx and 0 <= gy <= my and 0 <= gz <= mz):
+            raise self._groups_error(pipeline, groups)
+        return PreparedLaunch(self, pipeline, list(buffers), self._set_entry(pipeline, buffers), (gx, gy, gz))
+
+    def _groups_error(self, pipeline, groups):
+        return DeviceError(f"kernel '{pipeline.name}': groups {tuple(groups)} exceed "
+                           f"maxComputeWorkGroupCount {self._limits_groups} (fold into 2-D)")
 
     def launch_indirect(self, pipeline, buffers, push_constants, args, offset):
         """See base.Device.launch_indirect (vkCmdDispatchIndirect; `args` was created with the indirect usage
@@ -389,32 +403,35 @@ class ProgramMixin:
         if offset % 4 or offset + 12 > args.nbytes or getattr(args, "_device", None) is not self or \
                 args._handle is None:
             raise DeviceError(f"kernel '{pipeline.name}': indirect arguments at byte {offset} of {args!r}")
-        cmd = self._bind(pipeline, buffers, push_constants)
+        cmd = self._bind(pipeline, self._set_entry(pipeline, buffers)[0], push_constants)
         lib.vkCmdPipelineBarrier(cmd, PIPE_COMPUTE | PIPE_TRANSFER, PIPE_INDIRECT, 0, 1, self._mb_c2i_ptr,
                                  0, NULL, 0, NULL)
         lib.vkCmdDispatchIndirect(cmd, args._handle, offset)
         self._after_dispatch(cmd, pipeline)
 
-    def _bind(self, pipeline, buffers, push_constants):
-        """Bind the pipeline, the descriptor set of `buffers` and the push constants in the command buffer
+    def _set_entry(self, pipeline, buffers):
+        """The cached [descriptor set, pool record] binding `buffers` ([None, None] for no buffer), made on first
+        use. Its set becomes None when a buffer it binds is released (_forget_buffer)."""
+        n = pipeline.num_buffers
+        if len(buffers) != n:
+            raise DeviceError(f"kernel '{pipeline.name}' binds {n} buffers, got {len(buffers)}")
+        if not n:
+            return _NO_SET
+        key = tuple([b._uid for b in buffers])
+        entry = self._sets.get(key)
+        return entry if entry is not None else self._make_set(key, buffers)
+
+    def _bind(self, pipeline, sets, push_constants):
+        """Bind the pipeline, descriptor set `sets` (None: none) and the push constants in the command buffer
         being recorded (begun if none is); returns it."""
         handle = pipeline._handle
         if handle is None:
             raise DeviceError(f"kernel '{pipeline.name}': pipeline released or its device closed")
-        n = pipeline.num_buffers
-        if len(buffers) != n:
-            raise DeviceError(f"kernel '{pipeline.name}' binds {n} buffers, got {len(buffers)}")
         cmd = self._cmd
         if cmd is None:
             cmd = self._begin()
         layout = pipeline._layout
         bound = self._bound
-        if n:
-            key = tuple([b._uid for b in buffers])
-            entry = self._sets.get(key)
-            sets = entry[0] if entry is not None else self._make_set(key, buffers)
-        else:
-            sets = None
         if bound is None or bound[0] is not pipeline:
             lib.vkCmdBindPipeline(cmd, BIND_COMPUTE, handle)
             bound = None
@@ -490,6 +507,28 @@ class ProgramMixin:
                 parts += [(h, at, n, word & 0xFFFFFFFF) for h, at, n in buf.segments(offset, nbytes)]
         if parts:
             self._transfer(lambda cmd: [lib.vkCmdFillBuffer(cmd, *part) for part in parts])
+
+
+_NO_SET = [None, None]   # the entry of a pipeline that binds no buffer
+
+
+class PreparedLaunch:
+    """One dispatch checked once (ProgramMixin.prepare_launch): a replay calls it with each launch's push
+    constants. Its descriptor set is looked up again only after a buffer it binds was released, and then
+    refused as `launch` refuses it."""
+    __slots__ = ("device", "pipeline", "buffers", "entry", "groups")
+
+    def __init__(self, device, pipeline, buffers, entry, groups):
+        self.device, self.pipeline, self.buffers, self.entry, self.groups = device, pipeline, buffers, entry, groups
+
+    def __call__(self, push_constants):
+        dev, pipeline, sets = self.device, self.pipeline, self.entry[0]
+        if sets is None and self.buffers:
+            self.entry = dev._set_entry(pipeline, self.buffers)
+            sets = self.entry[0]
+        cmd = dev._bind(pipeline, sets, push_constants)
+        lib.vkCmdDispatch(cmd, *self.groups)
+        dev._after_dispatch(cmd, pipeline)
 
 
 def _copy_segments(cmd, region, src, dst, nbytes, at=0, to=0):
