@@ -57,15 +57,13 @@ class BatchMixin:
             for pipeline, buffers, push, groups in launches:
                 if pipeline._handle is None:
                     raise DeviceError(f"kernel '{pipeline.name}': pipeline released or its device closed")
-                key = tuple([b._uid for b in buffers])
-                entry = self._sets.get(key)
-                if entry is None:
-                    self._make_set(key, buffers)
-                    entry = self._sets[key]
-                sets[key], pipelines[id(pipeline)] = entry, pipeline
+                entry = self._set_entry(pipeline, buffers)
+                if buffers:
+                    sets[tuple([b._uid for b in buffers])] = entry
+                pipelines[id(pipeline)] = pipeline
                 if bound[0] is not pipeline:
                     lib.vkCmdBindPipeline(cmd, BIND_COMPUTE, pipeline._handle)
-                if bound[0] is not pipeline or bound[1] is not entry:
+                if buffers and (bound[0] is not pipeline or bound[1] is not entry):
                     lib.vkCmdBindDescriptorSets(cmd, BIND_COMPUTE, pipeline._layout, 0, 1, entry[0], 0, NULL)
                 bound = (pipeline, entry)
                 if pipeline.push_constant_size:
@@ -99,7 +97,8 @@ class BatchMixin:
     def batch_stale(self, batch):
         """Whether `batch` binds a descriptor set, pipeline or buffer the device no longer holds as recorded."""
         cache = self._sets
-        return self._device is None or any(cache.get(key) is not entry for key, entry in batch.sets) or \
+        return self._device is None or any(cache.get(key) is not entry or entry[0] is None
+                                           for key, entry in batch.sets) or \
             any(p._handle is None for p in batch.pipelines) or any(b._handle is None for b in batch.indirect)
 
     def run_batch(self, batch):
