@@ -22,8 +22,10 @@ PHASES = [("frontend", "spvad.pipeline", "build_kernel"), ("passes", "spvad.pipe
           ("package hash", "spvad.cache", "package_hash"), ("cache load", "spvad.cache", "load_compiled"),
           ("globals check", "spvad.kernel", "Kernel._check_globals"),
           ("pipeline creation", "spvad.rhi.vulkan.program", "ProgramMixin.create_pipeline"),
-          ("RHI launch", "spvad.rhi.vulkan.program", "ProgramMixin.launch")]
-ROWS = [label for label, _, _ in PHASES] + ["call (CPU)", "first sync (wall)", "total (wall)"]
+          ("RHI launch", "spvad.rhi.vulkan.program", "ProgramMixin.launch"),   # (rows of one label add up)
+          ("RHI launch", "spvad.rhi.vulkan.program", "ProgramMixin.prepare_launch"),
+          ("RHI launch", "spvad.rhi.vulkan.program", "PreparedLaunch.__call__")]
+ROWS = list(dict.fromkeys(label for label, _, _ in PHASES)) + ["call (CPU)", "first sync (wall)", "total (wall)"]
 
 
 def child():

@@ -30,7 +30,7 @@ class Recorder:
     `commands` is a list (patched into the RHI class and limit.compile_glsl)."""
 
     def __init__(self):
-        from spvad.rhi.vulkan import program
+        from spvad.rhi.vulkan import batches, program
         self.pipelines, self.commands, self.defines = [], None, {}
         cls, recorder = program.ProgramMixin, self
         create, launch = cls.create_pipeline, cls.launch
@@ -54,6 +54,8 @@ class Recorder:
         limit.compile_glsl = compile_recorded
         for name in ("launch", "launch_indirect", "copy_buffer", "copy_regions", "fill_buffer", "fill_buffers"):
             self._log(cls, name)
+        self._log(batches.BatchMixin, "run_batch")   # a Tape's backward pass, recorded once
+        self._log_prepared(cls, "prepare_launch", "launch")   # (an indirect one calls launch_indirect)
 
     def _log(self, cls, name):
         inner = getattr(cls, name)
@@ -63,6 +65,20 @@ class Recorder:
                 self.commands.append((inner, dev, args))
             return inner(dev, *args)
         setattr(cls, name, logged)
+
+    def _log_prepared(self, cls, name, method):
+        """A replay's prepared launches (rhi prepare_launch) send through `method` when commands are logged."""
+        prepare, recorder = getattr(cls, name), self
+
+        def prepared(dev, pipeline, buffers, *groups):
+            send = prepare(dev, pipeline, buffers, *groups)
+
+            def logged(push):
+                if recorder.commands is not None:
+                    recorder.commands.append((getattr(cls, method), dev, (pipeline, buffers, push, *groups)))
+                return send(push)
+            return logged
+        setattr(cls, name, prepared)
 
     def find(self, name, k=0):
         hits = [r for r in self.pipelines if r["name"] == name and r["launches"]]
