@@ -90,9 +90,11 @@ class BatchMixin:
         return batch
 
     def _free_batch_later(self, cmds):
-        if self._device is not None:
+        """At the next sync, never at once: the collector may run this in any thread, and the command pool
+        must not be used by two threads at a time."""
+        if self._device is not None and not self._closed:
             device, pool = self._device, self._cmd_pool
-            self._retire(lambda: lib.vkFreeCommandBuffers(device, pool, 1, cmds))
+            self._deferred.append(lambda: lib.vkFreeCommandBuffers(device, pool, 1, cmds))
 
     def batch_stale(self, batch):
         """Whether `batch` binds a descriptor set, pipeline or buffer the device no longer holds as recorded."""
