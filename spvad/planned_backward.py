@@ -1,32 +1,41 @@
 """A Tape that followed its plan to the end (tape_plan.py) repeats the backward pass of the Tape before it: the
 same gradient launches, of the same compiled kernels, with the same arrays, .grad companions and scalars.
-After a pass run launch by launch, its dispatches are recorded once more into a device batch (rhi
-`record_batch`); the next pass checks that every launch would replay exactly those dispatches
-(launch.replay.BoundReplay.matches, and the same push constants) and runs the batch in one call, doing on
-the host what a replay does after its dispatches (error-flag checks, array versions). Anything else (a
+After a pass run launch by launch where every launch repeated a replay (launch.replay.BoundReplay), its
+dispatches are recorded once more into a device batch (rhi `record_batch`). A later pass whose Tape followed
+the plan (the same kernels, compiled kernels, arrays and scalar values) and whose arrays have the same .grad
+companions and launches the same push-constant bytes runs the batch in one call, doing on the host what a
+replay does after its dispatches (error-flag checks, array versions). Anything else (a
 launch off the replay path, a freed buffer, a released pipeline) drops the batch: the pass then runs launch
 by launch, as it always could."""
+import weakref
+
 from . import runtime
 from .launch.versions import bump_versions
 
 
 class PlannedBackward:
-    """A plan's batch and, per launch in backward order, the replay it repeats and each dispatch's push
-    constants."""
-    __slots__ = ("batch", "steps")
+    """A plan's batch; the .grad of each of the plan's arrays it binds (weakly; None: none); per launch in
+    backward order, the replay it repeats and each dispatch's push constants."""
+    __slots__ = ("batch", "grads", "steps")
 
-    def __init__(self, batch, steps):
-        self.batch, self.steps = batch, steps
+    def __init__(self, batch, grads, steps):
+        self.batch, self.grads, self.steps = batch, grads, steps
 
 
-def run(plan, entries):
-    """Run the gradients of `entries` (tape_plan.PlannedEntry of `plan`, in program order) as the plan's
-    batch. Returns False when that cannot be: nothing was launched, and the caller runs them one by one."""
+def run(follower, entries):
+    """Run the gradients of `entries` (tape_plan.PlannedEntry of the plan `follower` followed to the end, in
+    program order) as the plan's batch. Returns False when that cannot be: nothing was launched, and the
+    caller runs them one by one."""
+    plan = follower.plan
     kept = plan.backward
     if not kept:
         return False
-    if len(kept.steps) != len(entries) or not all(
-            _repeats(replay, pushes, entry) for (replay, pushes), entry in zip(kept.steps, reversed(entries))) or \
+    # The follower matched every launch's kernel, compiled kernel, arrays (so shapes and thread counts),
+    # scalar dtypes and values: what else a replay checks is the .grad companions, and the push constants
+    # (equal values may pack otherwise: -0.0 == 0.0)
+    if len(kept.steps) != len(entries) or not _same_grads(kept.grads, follower.live) or \
+            not all(r.push(entry.scalars) == push for (replay, pushes), entry in zip(kept.steps, reversed(entries))
+                    for r, push in zip(replay.live, pushes)) or \
             not runtime.get().device.run_batch(kept.batch):
         _drop(plan)
         return False
@@ -38,20 +47,21 @@ def run(plan, entries):
     return True
 
 
-def launch_by_launch(tape, plan=None):
-    """Run the gradients of `tape`'s entries in reverse order one by one; for the Tape that followed `plan`,
-    keep them as the plan's batch (unless it is done with batches)."""
+def launch_by_launch(tape, follower=None):
+    """Run the gradients of `tape`'s entries in reverse order one by one; for the Tape that followed a plan to
+    the end (`follower`), keep them as the plan's batch (unless it is done with batches)."""
     replays = []
     for entry in reversed(tape.entries):
         entry.backward(tape)
-        replays.append(entry.kernel._grad_replay if plan is not None else None)   # (what it launched with)
-    if plan is not None and plan.backward is None:
-        _record(plan, reversed(tape.entries), replays)
+        replays.append(entry.kernel._grad_replay if follower is not None else None)   # (what it launched with)
+    if follower is not None and follower.plan.backward is None:
+        _record(follower, reversed(tape.entries), replays)
 
 
-def _record(plan, entries, replays):
+def _record(follower, entries, replays):
     """The plan's batch, when every launch of the pass (backward order) repeated a replay (else none: the
     next passes would find the same)."""
+    plan = follower.plan
     plan.backward, steps, launches = False, [], []
     for entry, replay in zip(entries, replays):
         if replay is None or not replay.matches(entry.step.recipe.specs, entry.everything, entry.scalars):
@@ -64,13 +74,15 @@ def _record(plan, entries, replays):
         steps.append((replay, pushes))
     batch = runtime.get().device.record_batch(launches) if launches else None
     if batch is not None:
-        plan.backward = PlannedBackward(batch, steps)
+        grads = [None if a.grad is None else weakref.ref(a.grad) for a in follower.live]
+        plan.backward = PlannedBackward(batch, grads, steps)
 
 
-def _repeats(replay, pushes, entry):
-    scalars = entry.scalars
-    return replay.matches(entry.step.recipe.specs, entry.everything, scalars) and \
-        all(r.push(scalars) == push for r, push in zip(replay.live, pushes))
+def _same_grads(grads, arrays):
+    for ref, a in zip(grads, arrays):
+        if (ref() if ref else None) is not a.grad:
+            return False
+    return True
 
 
 def _drop(plan):

@@ -63,7 +63,8 @@ class Tape:
         self.checkpoints = Checkpoints(checkpoint_budget)
         self.follower = None      # tape_plan.Follower: the plan this Tape follows while its launches match
         self.builder = None       # tape_plan.PlanBuilder: this Tape's plan, while it can make one
-        self.followed = None      # the plan this Tape followed to the end (its backward may run as a batch)
+        self.followed = None      # the Follower of the plan this Tape followed to the end (its backward may
+                                  # run as the plan's batch)
 
     @property
     def checkpoint_bytes(self):
@@ -279,7 +280,7 @@ class Tape:
         follower = self.follower
         if follower is not None and follower.finished():
             self.arrays = {id(a): a for a in follower.live}
-            self.followed = follower.plan
+            self.followed = follower
             return
         self._unfollow()
         cp = self.checkpoints

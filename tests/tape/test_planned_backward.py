@@ -115,6 +115,21 @@ def test_repeated_tapes_run_the_plans_batch(rng, batches, reports, request):
     assert len(set(flagged)) == 1 and (flagged[0] > 0) == (backend == "debug"), flagged
 
 
+def test_a_new_grad_companion_is_another_launch(rng, batches, request):
+    """w.grad replaced by another ndarray between Tapes: the batch (bound to the old one) is not run, and the
+    gradient lands in the new one."""
+    backend = request.node.callspec.params["backend"]
+    p = Alternating(rng)
+    scales = [float(s) for s in rng.uniform(0.05, 0.2, T)]
+    for it in range(5):
+        if it == 3:
+            p.w.grad = sp.ndarray(sp.f32, (N,))
+        before = len(batches)
+        p.run(scales)
+        if backend != "interp":
+            assert batches[before:] == ([True] if it == 2 else []), it
+
+
 def test_a_signed_zero_scalar_is_another_launch(rng, batches, request):
     """-0.0 == 0.0 for the plan, but the push constants differ: the batch recorded with 1/+0 is not run for
     1/-0 (the gradient's sign would flip silently), and the pass runs launch by launch."""
