@@ -293,12 +293,16 @@ def set_on_device(values):
     """Set every scalar of each (ndarray, value) pair to its value, on the device in launch order as one
     transfer (nothing waits for queued launches), and bump the versions: a Tape's gradient clears and its
     seed of loss.grad (a non-zero f64 value for a single-scalar array only)."""
-    fills = []
-    for array, value in values:
+    for array, _ in values:
         array.version += 1
-        fills += array._fills(value)
+    fills = fills_of(values)
     if fills:
         values[0][0]._runtime.device.fill_buffers(fills)
+
+
+def fills_of(values):
+    """The device fills (rows of Device.fill_buffers) of set_on_device(values)."""
+    return [fill for array, value in values for fill in array._fills(value)]
 
 
 def next_serial():

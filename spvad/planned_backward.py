@@ -1,44 +1,52 @@
 """A Tape that followed its plan to the end (tape_plan.py) repeats the backward pass of the Tape before it: the
 same gradient launches, of the same compiled kernels, with the same arrays, .grad companions and scalars.
 After a pass run launch by launch where every launch repeated a replay (launch.replay.BoundReplay), its
-dispatches are recorded once more into a device batch (rhi `record_batch`). A later pass whose Tape followed
-the plan (the same kernels, compiled kernels, arrays and scalar values) and whose arrays have the same .grad
-companions and launches the same push-constant bytes runs the batch in one call, doing on the host what a
-replay does after its dispatches (error-flag checks, array versions). Anything else (a
+dispatches are recorded once more into a device batch (rhi `record_batch`), after the fills that start the
+pass (gradient clears, the loss's seed). A later pass whose Tape followed the plan (the same kernels, compiled
+kernels, arrays and scalar values), whose arrays have the same .grad companions, which starts from the same
+fills and launches the same push-constant bytes runs the batch in one call, doing on the host what the fills
+and a replay do besides their commands (array versions, error-flag checks). Anything else (a
 launch off the replay path, a freed buffer, a released pipeline) drops the batch: the pass then runs launch
 by launch, as it always could."""
 import weakref
 
 from . import runtime
 from .launch.versions import bump_versions
+from .ndarray import fills_of
 
 
 class PlannedBackward:
-    """A plan's batch; the .grad of each of the plan's arrays it binds (weakly; None: none); per launch in
-    backward order, the replay it repeats and each dispatch's push constants."""
-    __slots__ = ("batch", "grads", "steps")
+    """A plan's batch; the .grad of each of the plan's arrays it binds (weakly; None: none); the (array, value)
+    its fills set first (weakly); per launch in backward order, the replay it repeats and each dispatch's push
+    constants."""
+    __slots__ = ("batch", "grads", "starts", "steps")
 
-    def __init__(self, batch, grads, steps):
-        self.batch, self.grads, self.steps = batch, grads, steps
+    def __init__(self, batch, grads, starts, steps):
+        self.batch, self.grads, self.starts, self.steps = batch, grads, starts, steps
 
 
-def run(follower, entries):
-    """Run the gradients of `entries` (tape_plan.PlannedEntry of the plan `follower` followed to the end, in
-    program order) as the plan's batch. Returns False when that cannot be: nothing was launched, and the
-    caller runs them one by one."""
-    plan = follower.plan
+def run(tape, follower):
+    """Run the backward pass of `tape`, which followed a plan to the end (`follower`), as the plan's batch:
+    the gradient clears and seed (Tape.gradient_starts), then the gradients of its entries (PlannedEntry, in
+    program order) in reverse. Returns False when that cannot be: nothing was recorded, and the caller does
+    it all one by one."""
+    plan, entries = follower.plan, tape.entries
     kept = plan.backward
     if not kept:
         return False
+    starts = tape.gradient_starts()
     # The follower matched every launch's kernel, compiled kernel, arrays (so shapes and thread counts),
     # scalar dtypes and values: what else a replay checks is the .grad companions, and the push constants
     # (equal values may pack otherwise: -0.0 == 0.0)
     if len(kept.steps) != len(entries) or not _same_grads(kept.grads, follower.live) or \
+            not _same_starts(kept.starts, starts) or \
             not all(r.push(entry.scalars) == push for (replay, pushes), entry in zip(kept.steps, reversed(entries))
                     for r, push in zip(replay.live, pushes)) or \
             not runtime.get().device.run_batch(kept.batch):
         _drop(plan)
         return False
+    for array, _ in starts:   # what set_on_device does besides its fills
+        array.version += 1
     for (replay, _), entry in zip(kept.steps, reversed(entries)):   # the host's share of each relaunch
         for r in replay.live:
             if r.on_device.reports:
@@ -47,18 +55,19 @@ def run(follower, entries):
     return True
 
 
-def launch_by_launch(tape, follower=None):
-    """Run the gradients of `tape`'s entries in reverse order one by one; for the Tape that followed a plan to
-    the end (`follower`), keep them as the plan's batch (unless it is done with batches)."""
+def launch_by_launch(tape, follower=None, starts=()):
+    """Run the gradients of `tape`'s entries in reverse order one by one, after the gradient starts were set;
+    for a Tape that followed a plan to the end (`follower`), keep `starts` and the launches as the plan's
+    batch (unless it is done with batches)."""
     replays = []
     for entry in reversed(tape.entries):
         entry.backward(tape)
         replays.append(entry.kernel._grad_replay if follower is not None else None)   # (what it launched with)
     if follower is not None and follower.plan.backward is None:
-        _record(follower, reversed(tape.entries), replays)
+        _record(follower, reversed(tape.entries), replays, starts)
 
 
-def _record(follower, entries, replays):
+def _record(follower, entries, replays, starts):
     """The plan's batch, when every launch of the pass (backward order) repeated a replay (else none: the
     next passes would find the same)."""
     plan = follower.plan
@@ -72,10 +81,19 @@ def _record(follower, entries, replays):
             pushes.append(r.push(entry.scalars))
             launches.append((pipeline, buffers, pushes[-1], groups[0] if len(groups) == 1 else tuple(groups)))
         steps.append((replay, pushes))
-    batch = runtime.get().device.record_batch(launches) if launches else None
+    batch = runtime.get().device.record_batch(launches, fills_of(starts))
     if batch is not None:
         grads = [None if a.grad is None else weakref.ref(a.grad) for a in follower.live]
-        plan.backward = PlannedBackward(batch, grads, steps)
+        plan.backward = PlannedBackward(batch, grads, [(weakref.ref(a), v) for a, v in starts], steps)
+
+
+def _same_starts(kept, starts):
+    if len(kept) != len(starts):
+        return False
+    for (ref, value), (array, now) in zip(kept, starts):
+        if ref() is not array or value != now:
+            return False
+    return True
 
 
 def _same_grads(grads, arrays):

@@ -262,13 +262,15 @@ class Tape:
         with runtime.LOCK:   # launches, fills and copies of one thread's backward pass stay together
             try:
                 self._conclude_plan()
-                self._start_gradients()
-                runtime.get().device.submit()   # on a GPU the forward runs while the backward is recorded
-                # the plan's batch, or launch by launch (then recorded as its batch for the next Tape); a Tape
-                # that gave temporary .grad companions binds new ones every time: no batch repeats it
+                # the plan's batch (gradient clears, seed and launches), or launch by launch (then recorded as
+                # its batch for the next Tape); a Tape that gave temporary .grad companions binds new ones
+                # every time: no batch repeats it
                 followed = self.followed if not self.temporary else None
-                if followed is None or not planned_backward.run(followed, self.entries):
-                    planned_backward.launch_by_launch(self, followed)
+                if followed is None or not planned_backward.run(self, followed):
+                    starts = self.gradient_starts()
+                    set_on_device(starts)
+                    runtime.get().device.submit()   # on a GPU the forward runs while the backward is recorded
+                    planned_backward.launch_by_launch(self, followed, starts)
                 runtime.sync()   # the only wait: the forward and the backward run as queued
             finally:
                 self._release()
@@ -288,13 +290,14 @@ class Tape:
             recording.modes.plan = self.builder.plan(runtime.get())
         self.builder = None
 
-    def _start_gradients(self):
-        """Zero the .grad of every array the launches touched (unless clear_gradients=False) and set
-        loss.grad to 1, queued on the device as one transfer: nothing waits for the forward to finish."""
+    def gradient_starts(self):
+        """(array, value) of what the backward pass starts from: the .grad of every array the launches touched
+        zeroed (unless clear_gradients=False), loss.grad set to 1 (set_on_device queues them on the device as
+        one transfer: nothing waits for the forward to finish)."""
         seed = self.loss.grad if self.loss is not None else None
         values = [(a.grad, 0) for a in self.arrays.values()
                   if a.grad is not None and a.grad is not seed] if self.clear_gradients else []
-        set_on_device(values + ([(seed, 1)] if seed is not None else []))
+        return values + ([(seed, 1)] if seed is not None else [])
 
     def _release(self):
         self.checkpoints.release(runtime.get().spare_buffers)

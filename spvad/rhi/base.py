@@ -184,10 +184,11 @@ class Device(ABC):
         for buf, offset, nbytes, word in fills:
             self.fill_buffer(buf, offset, nbytes, word)
 
-    def record_batch(self, launches):
-        """A batch of `launches` ((pipeline, buffers, push constants, groups) each, as `launch` takes them, or
-        with groups an indirect (buffer, byte offset)) recorded once, for `run_batch` to run again as they
-        are; None where a backend has no such thing (then the caller launches one by one)."""
+    def record_batch(self, launches, fills=()):
+        """A batch of `fills` (as `fill_buffers` takes them) then `launches` ((pipeline, buffers, push
+        constants, groups) each, as `launch` takes them, or with groups an indirect (buffer, byte offset))
+        recorded once, for `run_batch` to run again as they are; None where a backend has no such thing
+        (then the caller launches one by one)."""
         return None
 
     def run_batch(self, batch):

@@ -81,18 +81,20 @@ class Alternating:
         self.w = sp.from_numpy(self.w_np, needs_grad=True)
         self.loss = sp.ndarray(sp.f32, (), needs_grad=True)
 
-    def run(self, scales, last=2.0):
-        """One Tape; checks the loss and the gradients of x0 and w against float64."""
+    def run(self, scales, last=2.0, accumulated=1):
+        """One Tape; checks the loss and the gradients of x0 and w against float64 (`accumulated` Tapes' worth
+        of them: the Tapes after the first clear no gradient)."""
         first = np.zeros((T + 1, N), np.float32)
         first[0] = self.x0
         self.a.from_numpy(first)
-        with sp.Tape(self.loss):
+        with sp.Tape(self.loss, clear_gradients=accumulated == 1):
             for t, s in enumerate(scales):
                 advance(*((self.a, self.b) if t % 2 == 0 else (self.b, self.a)), self.w, s, t)
             inverse_sum(self.a if len(scales) % 2 == 0 else self.b, self.loss, last, len(scales))
         np.testing.assert_allclose(self.loss[None], model(self.x0, self.w_np, scales, last), rtol=1e-4)
         dx = central(lambda p: model(p, self.w_np, scales, last), self.x0)
         dw = central(lambda p: model(self.x0, p, scales, last), self.w_np)
+        dx, dw = accumulated * dx, accumulated * dw
         np.testing.assert_allclose(self.a.grad.to_numpy()[0], dx, rtol=2e-3, atol=1e-4 * np.abs(dx).max())
         np.testing.assert_allclose(self.w.grad.to_numpy(), dw, rtol=2e-3, atol=1e-4 * np.abs(dw).max())
 
@@ -128,6 +130,24 @@ def test_a_new_grad_companion_is_another_launch(rng, batches, request):
         p.run(scales)
         if backend != "interp":
             assert batches[before:] == ([True] if it == 2 else []), it
+
+
+def test_gradients_kept_or_another_loss_start_another_batch(rng, batches, request):
+    """The batch starts with the gradient clears and the loss's seed: a Tape with clear_gradients=False (the
+    gradients add up) or with another loss array does not run the one recorded before it."""
+    backend = request.node.callspec.params["backend"]
+    p = Alternating(rng)
+    scales = [float(s) for s in rng.uniform(0.05, 0.2, T)]
+    for it, accumulated in enumerate((1, 1, 1, 2, 3, 4)):
+        before = len(batches)
+        p.run(scales, accumulated=accumulated)
+        if backend != "interp":   # the 4th's starts differ from the batch's: none is recorded for the plan again
+            assert batches[before:] == ([True] if it == 2 else []), it
+    p.loss, other = sp.ndarray(sp.f32, (), needs_grad=True), p.loss
+    for it in range(3):
+        p.run(scales)
+    p.loss = other
+    p.run(scales)
 
 
 def test_a_signed_zero_scalar_is_another_launch(rng, batches, request):

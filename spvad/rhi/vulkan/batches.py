@@ -9,6 +9,7 @@ batch stale (`run_batch` then returns False and records nothing).
 import weakref
 
 from ...errors import DeviceError
+from .program import fill_parts
 from .vkapi import NULL, check, ffi, lib
 
 BIND_COMPUTE = lib.VK_PIPELINE_BIND_POINT_COMPUTE
@@ -20,11 +21,12 @@ PIPE_INDIRECT = lib.VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT
 
 class Batch:
     """A secondary command buffer and what it binds: the descriptor sets (key -> the cache entry recorded),
-    the pipelines and indirect-argument buffers, the number of launches and their kernels' names."""
-    __slots__ = ("_cmds", "sets", "pipelines", "indirect", "count", "names", "_free", "__weakref__")
+    the pipelines, the buffers it names directly (filled ones, indirect arguments), the number of commands
+    and the kernels' names."""
+    __slots__ = ("_cmds", "sets", "pipelines", "buffers", "count", "names", "_free", "__weakref__")
 
-    def __init__(self, cmds, sets, pipelines, indirect, count, names):
-        self._cmds, self.sets, self.pipelines, self.indirect = cmds, sets, pipelines, indirect
+    def __init__(self, cmds, sets, pipelines, buffers, count, names):
+        self._cmds, self.sets, self.pipelines, self.buffers = cmds, sets, pipelines, buffers
         self.count, self.names = count, names
 
     def release(self):
@@ -35,10 +37,10 @@ class Batch:
 class BatchMixin:
     """`record_batch` / `run_batch` for VulkanDevice (uses ProgramMixin's sets, barriers and recording state)."""
 
-    def record_batch(self, launches):
-        """A Batch of `launches`, each (pipeline, buffers, push constants, groups) with groups an (x, y, z) or an
-        indirect (buffer, byte offset), recorded with the barriers `launch` / `launch_indirect` put around
-        them; None on a device that cannot (none here)."""
+    def record_batch(self, launches, fills=()):
+        """A Batch of `fills` (as fill_buffers takes them) then `launches`, each (pipeline, buffers, push
+        constants, groups) with groups an (x, y, z) or an indirect (buffer, byte offset), recorded with the
+        barriers fill_buffers, `launch` and `launch_indirect` put around them."""
         self._check_open()
         cmds = ffi.new("VkCommandBuffer[1]")
         check(lib.vkAllocateCommandBuffers(self._device, ffi.new("VkCommandBufferAllocateInfo *", {
@@ -51,9 +53,18 @@ class BatchMixin:
         begin = ffi.new("VkCommandBufferBeginInfo *", {
             "sType": lib.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
             "flags": lib.VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT, "pInheritanceInfo": inheritance})
-        sets, pipelines, indirect, names, bound = {}, {}, {}, set(), (None, None)
+        sets, pipelines, named, names, bound = {}, {}, {}, set(), (None, None)
+        parts = fill_parts(fills)
         try:
             check(lib.vkBeginCommandBuffer(cmd, begin), "vkBeginCommandBuffer")
+            if parts:
+                stages = PIPE_COMPUTE | PIPE_TRANSFER
+                lib.vkCmdPipelineBarrier(cmd, stages, PIPE_TRANSFER, 0, 1, self._mb_to_transfer_ptr, 0, NULL, 0, NULL)
+                for part in parts:
+                    lib.vkCmdFillBuffer(cmd, *part)
+                lib.vkCmdPipelineBarrier(cmd, PIPE_TRANSFER, stages, 0, 1, self._mb_from_transfer_ptr, 0, NULL, 0,
+                                         NULL)
+                named.update((id(buf), buf) for buf, *_ in fills)
             for pipeline, buffers, push, groups in launches:
                 if pipeline._handle is None:
                     raise DeviceError(f"kernel '{pipeline.name}': pipeline released or its device closed")
@@ -72,7 +83,7 @@ class BatchMixin:
                                            ffi.from_buffer(data))
                 if len(groups) == 2:   # indirect: (arguments buffer, byte offset)
                     args, offset = groups
-                    indirect[id(args)] = args
+                    named[id(args)] = args
                     lib.vkCmdPipelineBarrier(cmd, PIPE_COMPUTE | PIPE_TRANSFER, PIPE_INDIRECT, 0, 1,
                                              self._mb_c2i_ptr, 0, NULL, 0, NULL)
                     lib.vkCmdDispatchIndirect(cmd, args._handle, offset)
@@ -84,8 +95,8 @@ class BatchMixin:
         except BaseException:
             lib.vkFreeCommandBuffers(device, pool, 1, cmds)
             raise
-        batch = Batch(cmds, list(sets.items()), list(pipelines.values()), list(indirect.values()), len(launches),
-                      names)
+        batch = Batch(cmds, list(sets.items()), list(pipelines.values()), list(named.values()),
+                      len(launches) + bool(parts), names)
         batch._free = weakref.finalize(batch, self._free_batch_later, cmds)
         return batch
 
@@ -101,7 +112,7 @@ class BatchMixin:
         cache = self._sets
         return self._device is None or any(cache.get(key) is not entry or entry[0] is None
                                            for key, entry in batch.sets) or \
-            any(p._handle is None for p in batch.pipelines) or any(b._handle is None for b in batch.indirect)
+            any(p._handle is None for p in batch.pipelines) or any(b._handle is None for b in batch.buffers)
 
     def run_batch(self, batch):
         """Record running `batch` in launch order, like its launches one by one; False (nothing recorded) when

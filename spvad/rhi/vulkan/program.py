@@ -500,13 +500,20 @@ class ProgramMixin:
 
     def fill_buffers(self, fills):
         """See base.Device.fill_buffers: every vkCmdFillBuffer between one pair of barriers."""
-        parts = []
-        for buf, offset, nbytes, word in fills:
-            check_transfer(nbytes, offset, buf)
-            if nbytes:   # one part per memory block of an addressed buffer
-                parts += [(h, at, n, word & 0xFFFFFFFF) for h, at, n in buf.segments(offset, nbytes)]
+        parts = fill_parts(fills)
         if parts:
             self._transfer(lambda cmd: [lib.vkCmdFillBuffer(cmd, *part) for part in parts])
+
+
+def fill_parts(fills):
+    """The vkCmdFillBuffer arguments (handle, offset, size, word) of (buffer, offset, nbytes, word) fills: one
+    per memory block of an addressed buffer."""
+    parts = []
+    for buf, offset, nbytes, word in fills:
+        check_transfer(nbytes, offset, buf)
+        if nbytes:
+            parts += [(h, at, n, word & 0xFFFFFFFF) for h, at, n in buf.segments(offset, nbytes)]
+    return parts
 
 
 _NO_SET = [None, None]   # the entry of a pipeline that binds no buffer
