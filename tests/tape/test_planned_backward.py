@@ -7,6 +7,7 @@ import pytest
 import spvad as sp
 from spvad import runtime
 from spvad.launch.device_task import DeviceTask
+from test_tape_plans import central
 
 pytestmark = pytest.mark.backends
 
@@ -31,16 +32,6 @@ def model(x0, w, scales, last):
     for s in scales:
         x = x + s * np.sin(w * x)
     return np.sum(x * x) / last
-
-
-def central(f, p, h=1e-6):
-    out = np.zeros(p.size)
-    for k in range(p.size):
-        hi, lo = p.astype(np.float64), p.astype(np.float64)
-        hi[k] += h
-        lo[k] -= h
-        out[k] = (f(hi) - f(lo)) / (2 * h)
-    return out
 
 
 @pytest.fixture
