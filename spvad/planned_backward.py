@@ -11,6 +11,7 @@ by launch, as it always could."""
 import weakref
 
 from . import runtime
+from .errors import DeviceError
 from .launch.versions import bump_versions
 from .ndarray import fills_of
 
@@ -81,7 +82,10 @@ def _record(follower, entries, replays, starts):
             pushes.append(r.push(entry.scalars))
             launches.append((pipeline, buffers, pushes[-1], groups[0] if len(groups) == 1 else tuple(groups)))
         steps.append((replay, pushes))
-    batch = runtime.get().device.record_batch(launches, fills_of(starts))
+    try:
+        batch = runtime.get().device.record_batch(launches, fills_of(starts))
+    except DeviceError:   # (the pass ran: a batch the driver refuses only leaves the next ones launch by launch)
+        return
     if batch is not None:
         grads = [None if a.grad is None else weakref.ref(a.grad) for a in follower.live]
         plan.backward = PlannedBackward(batch, grads, [(weakref.ref(a), v) for a, v in starts], steps)

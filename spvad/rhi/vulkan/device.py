@@ -1,11 +1,12 @@
 """VulkanDevice: instance, device selection, features, buffers, sync and teardown.
 
 Pipelines, descriptor sets, command-buffer recording and `launch` live in program.py (`ProgramMixin`),
-recorded batches of launches in batches.py (`BatchMixin`); every workaround for the `vulkan` package lives in vkapi.py. Execution model: launches are recorded
-into a command buffer; `sync()` submits it and waits on fences. The batch is submitted early (without
-waiting) into a small ring of command buffers when the device has finished what it was given (looked at
-every 16 launches) or after `flush_every` launches, so the device works while Python records. Objects
-released while recorded work may still use them are destroyed after the next sync.
+recorded batches of launches in batches.py (`BatchMixin`); every workaround for the `vulkan` package lives in
+vkapi.py. Execution model: launches are recorded into a command buffer; `sync()` submits it and waits on
+fences. The batch is submitted early (without waiting) into a small ring of command buffers when the device
+has finished what it was given (looked at every 16 launches) or after `flush_every` launches, so the device
+works while Python records. Objects released while recorded work may still use them are destroyed after the
+next sync.
 """
 import os
 import time
