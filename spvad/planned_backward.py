@@ -7,13 +7,16 @@ kernels, arrays and scalar values), whose arrays have the same .grad companions,
 fills and launches the same push-constant bytes runs the batch in one call, doing on the host what the fills
 and a replay do besides their commands (array versions, error-flag checks). Anything else (a
 launch off the replay path, a freed buffer, a released pipeline) drops the batch: the pass then runs launch
-by launch, as it always could."""
+by launch, as it always could, and records the batch again (a few times per plan at most)."""
 import weakref
 
 from . import runtime
 from .errors import DeviceError
 from .launch.versions import bump_versions
 from .ndarray import fills_of
+
+
+DROPS_KEPT = 3
 
 
 class PlannedBackward:
@@ -69,8 +72,8 @@ def launch_by_launch(tape, follower=None, starts=()):
 
 
 def _record(follower, entries, replays, starts):
-    """The plan's batch, when every launch of the pass (backward order) repeated a replay (else none: the
-    next passes would find the same)."""
+    """The plan's batch, when every launch of the pass (backward order) repeated a replay (else none, ever:
+    the next passes would find the same)."""
     plan = follower.plan
     plan.backward, steps, launches = False, [], []
     for entry, replay in zip(entries, replays):
@@ -108,6 +111,10 @@ def _same_grads(grads, arrays):
 
 
 def _drop(plan):
-    """The plan's batch is done with: what changed is likely to change again, so none is recorded for it."""
-    kept, plan.backward = plan.backward, False
+    """The plan's batch is done with. The next pass records another (the Tapes may be stable again), but a plan
+    whose batches keep being dropped (what changes keeps changing: two losses in turn) records none after
+    DROPS_KEPT: each recording costs about what running the pass launch by launch does."""
+    kept = plan.backward
+    plan.dropped += 1
+    plan.backward = None if plan.dropped < DROPS_KEPT else False
     kept.batch.release()

@@ -29,6 +29,7 @@ class Plan:
     def __init__(self, rt, steps, arrays, finals):
         self.rt, self.steps, self.arrays, self.finals = weakref.ref(rt), steps, arrays, finals
         self.backward = None   # planned_backward.PlannedBackward: its backward pass as a batch (False: none)
+        self.dropped = 0       # batches of it dropped (planned_backward.DROPS_KEPT)
 
 
 class PlanBuilder:
