@@ -293,8 +293,7 @@ def set_on_device(values):
     """Set every scalar of each (ndarray, value) pair to its value, on the device in launch order as one
     transfer (nothing waits for queued launches), and bump the versions: a Tape's gradient clears and its
     seed of loss.grad (a non-zero f64 value for a single-scalar array only)."""
-    for array, _ in values:
-        array.version += 1
+    bump_set(values)
     fills = fills_of(values)
     if fills:
         values[0][0]._runtime.device.fill_buffers(fills)
@@ -303,6 +302,12 @@ def set_on_device(values):
 def fills_of(values):
     """The device fills (rows of Device.fill_buffers) of set_on_device(values)."""
     return [fill for array, value in values for fill in array._fills(value)]
+
+
+def bump_set(values):
+    """The versions set_on_device(values) bumps (a Tape's batch records its fills once: planned_backward.py)."""
+    for array, _ in values:
+        array.version += 1
 
 
 def next_serial():

@@ -13,7 +13,7 @@ import weakref
 from . import runtime
 from .errors import DeviceError
 from .launch.versions import bump_versions
-from .ndarray import fills_of
+from .ndarray import bump_set, fills_of
 
 
 DROPS_KEPT = 3
@@ -29,16 +29,15 @@ class PlannedBackward:
         self.batch, self.grads, self.starts, self.steps = batch, grads, starts, steps
 
 
-def run(tape, follower):
+def run(tape, follower, starts):
     """Run the backward pass of `tape`, which followed a plan to the end (`follower`), as the plan's batch:
-    the gradient clears and seed (Tape.gradient_starts), then the gradients of its entries (PlannedEntry, in
-    program order) in reverse. Returns False when that cannot be: nothing was recorded, and the caller does
-    it all one by one."""
+    the gradient clears and seed (`starts`: Tape.gradient_starts), then the gradients of its entries
+    (PlannedEntry, in program order) in reverse. Returns False when that cannot be: nothing was recorded, and
+    the caller does it all one by one."""
     plan, entries = follower.plan, tape.entries
     kept = plan.backward
     if not kept:
         return False
-    starts = tape.gradient_starts()
     # The follower matched every launch's kernel, compiled kernel, arrays (so shapes and thread counts),
     # scalar dtypes and values: what else a replay checks is the .grad companions, and the push constants
     # (equal values may pack otherwise: -0.0 == 0.0)
@@ -49,12 +48,11 @@ def run(tape, follower):
             not runtime.get().device.run_batch(kept.batch):
         _drop(plan)
         return False
-    for array, _ in starts:   # what set_on_device does besides its fills
-        array.version += 1
+    bump_set(starts)
     for (replay, _), entry in zip(kept.steps, reversed(entries)):   # the host's share of each relaunch
         for r in replay.live:
-            if r.on_device.reports:
-                r.on_device.after_launch(r.spec)
+            if r.reports is not None:
+                r.reports(r.spec)
         bump_versions(replay.ck.facts.writes, entry.everything)
     return True
 

@@ -266,8 +266,8 @@ class Tape:
                 # its batch for the next Tape); a Tape that gave temporary .grad companions binds new ones
                 # every time: no batch repeats it
                 followed = self.followed if not self.temporary else None
-                if followed is None or not planned_backward.run(self, followed):
-                    starts = self.gradient_starts()
+                starts = self.gradient_starts()
+                if followed is None or not planned_backward.run(self, followed, starts):
                     set_on_device(starts)
                     runtime.get().device.submit()   # on a GPU the forward runs while the backward is recorded
                     planned_backward.launch_by_launch(self, followed, starts)

@@ -9,14 +9,8 @@ batch stale (`run_batch` then returns False and records nothing).
 import weakref
 
 from ...errors import DeviceError
-from .program import fill_parts
+from .program import BIND_COMPUTE, PIPE_COMPUTE, PIPE_INDIRECT, PIPE_TRANSFER, STAGE_COMPUTE, fill_parts
 from .vkapi import NULL, check, ffi, lib
-
-BIND_COMPUTE = lib.VK_PIPELINE_BIND_POINT_COMPUTE
-STAGE_COMPUTE = lib.VK_SHADER_STAGE_COMPUTE_BIT
-PIPE_COMPUTE = lib.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
-PIPE_TRANSFER = lib.VK_PIPELINE_STAGE_TRANSFER_BIT
-PIPE_INDIRECT = lib.VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT
 
 
 class Batch:
@@ -58,12 +52,7 @@ class BatchMixin:
         try:
             check(lib.vkBeginCommandBuffer(cmd, begin), "vkBeginCommandBuffer")
             if parts:
-                stages = PIPE_COMPUTE | PIPE_TRANSFER
-                lib.vkCmdPipelineBarrier(cmd, stages, PIPE_TRANSFER, 0, 1, self._mb_to_transfer_ptr, 0, NULL, 0, NULL)
-                for part in parts:
-                    lib.vkCmdFillBuffer(cmd, *part)
-                lib.vkCmdPipelineBarrier(cmd, PIPE_TRANSFER, stages, 0, 1, self._mb_from_transfer_ptr, 0, NULL, 0,
-                                         NULL)
+                self._between_transfer_barriers(cmd, lambda c: [lib.vkCmdFillBuffer(c, *part) for part in parts])
                 named.update((id(buf), buf) for buf, *_ in fills)
             for pipeline, buffers, push, groups in launches:
                 if pipeline._handle is None:

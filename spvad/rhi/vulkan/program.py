@@ -461,13 +461,18 @@ class ProgramMixin:
     def _transfer(self, record):
         """Record one transfer command between barriers that order it with every launch and transfer."""
         cmd = self._cmd if self._cmd is not None else self._begin()
+        self._between_transfer_barriers(cmd, record)
+        self._recorded += 1
+        if self._recorded >= self.flush_every or (not self._recorded % IDLE_CHECK_EVERY and self._idle()):
+            self._flush()
+
+    def _between_transfer_barriers(self, cmd, record):
+        """`record(cmd)`, transfer commands, in `cmd` after the launches' and transfers' writes and before their
+        next reads and writes (a batch records its fills so too: batches.py)."""
         stages = PIPE_COMPUTE | PIPE_TRANSFER
         lib.vkCmdPipelineBarrier(cmd, stages, PIPE_TRANSFER, 0, 1, self._mb_to_transfer_ptr, 0, NULL, 0, NULL)
         record(cmd)
         lib.vkCmdPipelineBarrier(cmd, PIPE_TRANSFER, stages, 0, 1, self._mb_from_transfer_ptr, 0, NULL, 0, NULL)
-        self._recorded += 1
-        if self._recorded >= self.flush_every or (not self._recorded % IDLE_CHECK_EVERY and self._idle()):
-            self._flush()
 
     def copy_buffer(self, src, dst, nbytes):
         """See base.Device.copy_buffer (vkCmdCopyBuffer)."""
