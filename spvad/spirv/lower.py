@@ -20,6 +20,7 @@ from .spec import (BuiltIn, Capability, Decoration, ExecutionMode, ExecutionMode
                    SelectionControl, StorageClass)
 
 LOCAL_SIZE_SPEC_ID = 1000   # specialisation constant of the workgroup width (adstack capacities use 0..)
+LOOP_COUNT_SPEC_ID = 1001   # the step of the loop-cap count: 1, or 0 where a launch's loops stay far below it
 DEFAULT_FEATURES = {"float64": True, "int64": True, "atomic_float32_add": False}
 GLSL_SET = "GLSL.std.450"
 
@@ -355,11 +356,14 @@ class _Lowerer:
 
     def count_iteration(self):
         """At a loop header: lavapipe's cap counts header executions (a for loop of k iterations costs
-        k + 1: 300 x 300 nested iterations stopped at 65,101 inner ones = 65,535 - 2 x 217)."""
+        k + 1: 300 x 300 nested iterations stopped at 65,101 inner ones = 65,535 - 2 x 217). The step is a
+        specialisation constant: 0 for a launch whose loops provably stay far below the cap
+        (spirv/loop_cap.py), and lavapipe's compiler then drops the count and the flag it sets."""
         if self.mem.lay.loop_check:
             u32 = self.ty(T.u32)
+            step = self.spec_constant(LOOP_COUNT_SPEC_ID, 1)
             self.f.emit_void(Op.OpStore, self.iterations,
-                             self.f.emit(Op.OpIAdd, u32, self.f.emit(Op.OpLoad, u32, self.iterations), self.u32c(1)))
+                             self.f.emit(Op.OpIAdd, u32, self.f.emit(Op.OpLoad, u32, self.iterations), step))
 
     def iteration_cap_reached(self):
         """Whether the thread's loops reached lavapipe's cap (None when not counted): gallivm silently stops

@@ -178,3 +178,72 @@ def test_more_storage_buffers_than_a_stage_binds_is_an_error(rng):
         sum_of_squares17.grad(*arrays, out)
     sum_of_squares17(*arrays, out)   # the runtime stays usable
     assert out.to_numpy()[0] > 0
+
+
+# ---- launches far below the cap do not count (spirv/loop_cap.py); the others still do ----
+@sp.kernel
+def three_loops(x: sp.Array, n: sp.i32, m: sp.i32, p: sp.i32):
+    for i in range(x.shape[0]):
+        v = x[i]
+        for _ in range(n):
+            v = v + 1.0
+        if v > 0.0:                  # a branch's loop is counted as if taken
+            for _ in range(m):
+                v = v + 1.0
+        for _ in range(p):
+            v = v + 1.0
+        x[i] = v
+
+
+@sp.kernel
+def triangle(x: sp.Array, n: sp.i32):
+    for i in range(x.shape[0]):
+        v = x[i]
+        for a in range(n):
+            for _ in range(a):       # the inner bound reads the outer index
+                v = v + 1.0
+        x[i] = v
+
+
+def counting_choices(kernel):
+    """The loop-count step of every pipeline the kernel's tasks hold (1: counted, 0: not)."""
+    rt = runtime.get()
+    return sorted({dict(key[-1]).get(1001, 1) for dt in rt.tasks.values() if dt.ct.kernel_name == kernel.name
+                   for key in dt.pipelines})
+
+
+def test_a_replayed_launch_counts_again_when_new_scalars_near_the_cap():
+    """A launch replayed with new scalar values (same arrays: the fast path) decides again whether it counts:
+    far below the cap it runs the module without the count, near it the counted one, which flags a thread
+    past it. The loops' headers add up: three loops each far below the cap, a loop in a branch."""
+    cap = loop_cap()
+    if not cap:
+        pytest.skip("this driver has no loop-iteration cap")
+    x = sp.from_numpy(np.ones(2, np.float32))
+    three_loops(x, 10, 20, 30)
+    np.testing.assert_array_equal(x.to_numpy(), 61.0)
+    assert counting_choices(three_loops) == [0]
+    for past in ((25_000, 25_000, 25_000), (10, cap + 100, 10)):
+        three_loops(x, *past)
+        with pytest.raises(sp.DeviceError, match="stopped a loop"):
+            sp.sync()
+    x = sp.from_numpy(np.ones(2, np.float32))
+    three_loops(x, 100, 5, 0)
+    three_loops(x, cap - 50, 0, 0)               # counted, under the cap: runs exactly
+    np.testing.assert_array_equal(x.to_numpy(), 1.0 + 105 + cap - 50)
+    assert counting_choices(three_loops) == [0, 1]
+
+
+@pytest.mark.parametrize("n, flagged", [(200, False), (400, True)])
+def test_nested_loops_bounded_by_an_outer_index(n, flagged):
+    """n (n - 1) / 2 inner steps plus n (n + 1) / 2 headers: 40,100 at n = 200 (counted, exact), 160,200 at 400."""
+    cap = loop_cap()
+    if not cap:
+        pytest.skip("this driver has no loop-iteration cap")
+    x = sp.from_numpy(np.zeros(3, np.float32))
+    triangle(x, n)
+    if flagged:
+        with pytest.raises(sp.DeviceError, match="stopped a loop"):
+            sp.sync()
+    else:
+        np.testing.assert_array_equal(x.to_numpy(), n * (n - 1) // 2)

@@ -1,0 +1,149 @@
+"""Bounds of a task's loop trip counts by interval arithmetic over the loops' begin/end: loop indices range
+over their loop's interval, thread indices over [0, num_threads), a local slot written once (outside loops)
+over its value. Adstack capacities (autodiff/adstack.py) and the loop-cap count (launch/loop_cap.py) use them:
+exact when the bounds are constants, evaluated at launch when they read scalars or shapes.
+"""
+from .. import types as T
+from . import nodes as N
+from .ops import Op
+from .thread_count import counts_on_device
+
+
+class NeedsLaunchValues(Exception):
+    """The bound depends on scalars or shapes: evaluate it at launch."""
+
+
+class Unbounded(Exception):
+    """No bound can be derived (data-dependent loop, while loop)."""
+
+
+class Ones:
+    """A stand-in for launch values (every scalar and every extent is 1) to test boundedness early."""
+
+    def __getitem__(self, k):
+        return self
+
+    def __int__(self):
+        return 1
+
+    __index__ = __int__
+
+
+ONES = (Ones(), Ones(), 1)   # launch values (scalars, shapes, num_threads) that test boundedness early
+
+
+class TripBounds:
+    """Trip-count bounds of the loops of `task`; `env` is (scalars, shapes, num_threads) of a launch, or None
+    before one (a bound that needs them raises NeedsLaunchValues)."""
+
+    def __init__(self, task):
+        # a thread count read from arrays is not known at launch: loops bounded by the thread index are
+        # unbounded here (the adstacks' depth probe measures them, as data-dependent ones)
+        self.threads_known = not counts_on_device(task)
+        self.single_store = {}
+        stores = {}
+        loops_of = {}
+        self._loops_around(task.body, (), loops_of)
+        for s in N.walk(task.body):
+            if isinstance(s, N.LocalStore):
+                stores.setdefault(s.slot, []).append(s)
+        for slot, ss in stores.items():
+            if len(ss) == 1 and not loops_of[ss[0]]:
+                self.single_store[slot] = ss[0].value
+
+    def _loops_around(self, block, loops, out):
+        for s in block.stmts:
+            out[s] = loops
+            inner = loops + (s,) if isinstance(s, (N.RangeFor, N.While)) else loops
+            for b in s.blocks():
+                self._loops_around(b, inner, out)
+
+    def max_trips(self, loop, env):
+        if isinstance(loop, N.While):
+            raise Unbounded()
+        memo = {}
+        blo, bhi = self.interval(loop.begin, env, memo)
+        elo, ehi = self.interval(loop.end, env, memo)
+        span = (ehi - blo) if loop.step > 0 else (bhi - elo)
+        step = abs(loop.step)
+        return max(0, -(-span // step))
+
+    def interval(self, s, env, memo):
+        if s in memo:
+            return memo[s]
+        r = memo[s] = self._interval(s, env, memo)
+        return r
+
+    def _interval(self, s, env, memo):
+        if isinstance(s, N.Const) and s.dtype.is_int:
+            return (int(s.value), int(s.value))
+        if isinstance(s, N.ThreadIndex) and not self.threads_known:
+            raise Unbounded()
+        if isinstance(s, (N.ScalarArg, N.ArrayShape, N.ThreadIndex)):
+            if env is None:
+                raise NeedsLaunchValues()
+            scalars, shapes, n = env
+            if isinstance(s, N.ScalarArg):
+                v = int(scalars[s.param.index])
+                return (v, v)
+            if isinstance(s, N.ArrayShape):
+                v = int(shapes[s.array.index][s.axis])
+                return (v, v)
+            if n is None:
+                raise Unbounded()
+            return (0, max(n - 1, 0))
+        if isinstance(s, N.LoopIndex):
+            loop = s.loop
+            blo, bhi = self.interval(loop.begin, env, memo)
+            elo, ehi = self.interval(loop.end, env, memo)
+            return (blo, max(blo, ehi - 1)) if loop.step > 0 else (min(elo + 1, bhi), bhi)
+        if isinstance(s, N.LocalLoad) and s.slot in self.single_store and s.slot.dtype.is_int:
+            lo, hi = self.interval(self.single_store[s.slot], env, memo)
+            return (min(lo, 0), max(hi, 0))    # the slot is zero before its store
+        if isinstance(s, N.Compute) and s.dtype in (T.i32, T.u32):
+            return self._compute(s, env, memo)
+        raise Unbounded()
+
+    def _compute(self, s, env, memo):
+        op = s.op
+        if op is Op.SELECT:
+            a, b = (self.interval(x, env, memo) for x in s.args[1:])
+            return (min(a[0], b[0]), max(a[1], b[1]))
+        if op is Op.CAST and s.args[0].dtype.is_int:
+            return self.interval(s.args[0], env, memo)
+        iv = [self.interval(a, env, memo) for a in s.args]
+        if op is Op.NEG:
+            return (-iv[0][1], -iv[0][0])
+        if len(iv) != 2:
+            raise Unbounded()
+        (alo, ahi), (blo, bhi) = iv
+        if op is Op.ADD:
+            return (alo + blo, ahi + bhi)
+        if op is Op.SUB:
+            return (alo - bhi, ahi - blo)
+        if op is Op.MUL:
+            ps = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
+            return (min(ps), max(ps))
+        if op is Op.MIN:
+            return (min(alo, blo), min(ahi, bhi))
+        if op is Op.MAX:
+            return (max(alo, blo), max(ahi, bhi))
+        if op is Op.FLOORDIV and blo == bhi and blo > 0:
+            return (alo // blo, ahi // blo)
+        if op is Op.MOD and blo == bhi and blo > 0:
+            return (0, blo - 1)
+        raise Unbounded()
+
+    def header_runs(self, block, env):
+        """An upper bound on the loop headers one run of `block` executes: k + 1 per entry of a loop of at
+        most k trips (what lavapipe's loop cap counts), both branches of an If. Unbounded for a while loop."""
+        total = 0
+        for s in block.stmts:
+            if isinstance(s, N.While):
+                raise Unbounded()
+            if isinstance(s, N.RangeFor):
+                trips = self.max_trips(s, env)
+                total += trips + 1 + trips * self.header_runs(s.body, env)
+            elif s.BLOCK_FIELDS:
+                total += sum(self.header_runs(b, env) for b in s.blocks() if b is not None)
+        return total

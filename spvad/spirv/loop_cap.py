@@ -1,0 +1,63 @@
+"""Which launches count their threads' loop steps against lavapipe's loop cap.
+
+lavapipe silently stops every loop of a thread once the thread has run 65,535 loop headers in all, so a
+module for it counts them and flags a thread that reached the cap (lower.py, `iteration_cap_reached`). The
+count's step is a specialisation constant (LOOP_COUNT_SPEC_ID). A launch whose loops provably stay far
+below the cap (trip bounds from its scalars, shapes and thread count: ir/trip_bounds.py) sets it to 0, and
+lavapipe's compiler drops the count and the flag's atomic: about 3 of the 35 ms it takes to compile a small
+loop kernel. Loops the bounds cannot follow (while loops, bounds read from arrays) are always counted.
+"""
+from ..ir.trip_bounds import ONES, NeedsLaunchValues, Ones, TripBounds, Unbounded
+from .lower import LOOP_COUNT_SPEC_ID, LOOP_ITERATION_CAP
+
+UNCOUNTED = ((LOOP_COUNT_SPEC_ID, 0),)   # the specialisation of a launch that does not count
+# Far below the cap: the CAS loops of some atomics run headers that nothing counts (nor bounds) either.
+SAFE_HEADERS = LOOP_ITERATION_CAP // 2
+_MEMO_LIMIT = 256
+
+
+class _ReadScalars:
+    """Launch scalars that remember which indices a bound read (every value 1)."""
+
+    def __init__(self):
+        self.read = set()
+
+    def __getitem__(self, k):
+        self.read.add(k)
+        return 1
+
+
+class LoopCount:
+    """For one task whose module counts loop steps: whether a launch must count (`needed`). `scalars`: the
+    indices of the scalar arguments the decision reads (a recorded launch replayed with other values of
+    those decides again: launch/replay.py)."""
+
+    def __init__(self, task):
+        self.bounds, self.body = TripBounds(task), task.body
+        self.fixed, self.scalars, self.memo = True, (), {}
+        try:
+            self.bounds.header_runs(self.body, ONES)
+        except Unbounded:
+            return                     # always counted
+        try:
+            self.fixed = self.bounds.header_runs(self.body, None) >= SAFE_HEADERS
+        except NeedsLaunchValues:
+            self.fixed = None          # decided per launch
+            reads = _ReadScalars()
+            self.bounds.header_runs(self.body, (reads, Ones(), 1))
+            self.scalars = tuple(sorted(reads.read))
+
+    def needed(self, scalars, shapes, num_threads):
+        if self.fixed is not None:
+            return self.fixed
+        key = (tuple(scalars[k] for k in self.scalars), tuple(shapes), num_threads)
+        need = self.memo.get(key)
+        if need is None:
+            if len(self.memo) > _MEMO_LIMIT:
+                self.memo.clear()
+            try:
+                need = self.bounds.header_runs(self.body, (scalars, shapes, num_threads)) >= SAFE_HEADERS
+            except Unbounded:          # e.g. a thread index bound while the device counts the threads
+                need = True
+            self.memo[key] = need
+        return need
