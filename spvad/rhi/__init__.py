@@ -16,7 +16,16 @@ def open_device(backend, selector=None, **options):
     if backend not in BACKENDS:
         raise DeviceError(f"unknown backend {backend!r}; expected 'auto' or one of {', '.join(BACKENDS)}")
     module, cls, _ = BACKENDS[backend]
-    return getattr(importlib.import_module(module), cls)(selector, **options)
+    scan = None
+    if backend == "vulkan":   # the loader loads its drivers while the `vulkan` package imports
+        from .vulkan import driver_scan
+        scan = driver_scan.start()
+    try:
+        device_class = getattr(importlib.import_module(module), cls)
+    finally:
+        if scan is not None:
+            scan.join()
+    return device_class(selector, **options)
 
 
 def code_kind(backend):
