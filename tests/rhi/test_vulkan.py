@@ -197,6 +197,7 @@ def test_a_buffer_released_while_its_batch_is_submitted_outlives_it(dev, monkeyp
     run an ndarray's __del__ there) is deferred to the next sync: the batch is in flight before
     vkQueueSubmit. Destroyed at once, the buffer and its descriptor set would be gone while the command
     buffer using them is submitted (the validation layer reports it; a GPU may fault)."""
+    monkeypatch.setattr(dev, "_compiles_at_dispatch", False)   # the pipeline's first dispatch waits too
     n = 1000
     a = np.arange(n, dtype=np.float32)
     A, B, C = upload(dev, a), upload(dev, a), dev.create_buffer(4 * n)
@@ -235,9 +236,10 @@ def test_many_launches_then_one_sync(dev):
     np.testing.assert_array_equal(Y.view(np.float32), np.full(n, 11.0, np.float32))
 
 
-def test_launches_reach_an_idle_device_without_a_sync(dev):
+def test_launches_reach_an_idle_device_without_a_sync(dev, monkeypatch):
     """An idle device gets the launches recorded so far every 16 launches (it works while Python records the
     next ones); a busy one gets them later in one batch. Values as with one sync at the end, transfers between."""
+    monkeypatch.setattr(dev, "_compiles_at_dispatch", False)   # counts from the pipeline's first dispatch
     n = 256
     X, Y = upload(dev, np.zeros(n, np.float32)), dev.create_buffer(4 * n)
     one = upload(dev, np.ones(n, np.float32))
@@ -265,6 +267,7 @@ def test_submit_starts_recorded_launches_on_a_gpu_only(dev, monkeypatch):
     Y = dev.create_buffer(4 * n)
     pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
     pc = struct.pack("<I", n)
+    dev.launch(pipe, [X, one, Y], pc, groups_for(n))   # not the pipeline's first dispatch below (see next test)
     for device_type, started in (("cpu", False), ("discrete", True)):
         monkeypatch.setitem(dev._info, "device_type", device_type)
         dev.sync()
@@ -273,6 +276,27 @@ def test_submit_starts_recorded_launches_on_a_gpu_only(dev, monkeypatch):
         assert (dev._cmd is None) == started, device_type
         dev.launch(pipe, [Y, one, X], pc, groups_for(n))
         dev.sync()
+    np.testing.assert_array_equal(X.view(np.float32), np.full(n, 4, np.float32))
+
+
+def test_a_pipelines_first_dispatch_is_submitted_at_once_where_it_compiles_then(dev, monkeypatch):
+    """lavapipe compiles a pipeline when its first dispatch runs, on its queue's thread: that dispatch is
+    submitted at once (the compile overlaps the host's next work), later ones are recorded into one batch; a
+    driver that compiles at pipeline creation (a GPU) batches them all. Values as ever."""
+    n = 256
+    X, one = upload(dev, np.zeros(n, np.float32)), upload(dev, np.ones(n, np.float32))
+    Y = dev.create_buffer(4 * n)
+    pc = struct.pack("<I", n)
+    for compiles_at_dispatch in (True, False):
+        monkeypatch.setattr(dev, "_compiles_at_dispatch", compiles_at_dispatch)
+        pipe = dev.create_pipeline(add_module(), name="add", num_buffers=3, push_constant_size=4)
+        dev.sync()
+        dev.launch(pipe, [X, one, Y], pc, groups_for(n))
+        assert (dev._cmd is None and len(dev._inflight) == 1) == compiles_at_dispatch
+        dev.launch(pipe, [Y, one, X], pc, groups_for(n))
+        assert dev._cmd is not None   # a later dispatch stays in the batch being recorded
+        dev.sync()
+        pipe.release()
     np.testing.assert_array_equal(X.view(np.float32), np.full(n, 4, np.float32))
 
 

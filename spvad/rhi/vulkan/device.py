@@ -93,6 +93,8 @@ class VulkanDevice(BufferMixin, ProgramMixin, BatchMixin, Device):
         except BaseException:
             self.close()
             raise
+        # lavapipe compiles a pipeline at its first dispatch, on its queue's thread (a GPU driver at creation)
+        self._compiles_at_dispatch = self._info["device_type"] == "cpu"
         if self._info["device_type"] == "cpu" and warm_up.wanted():   # (a GPU compiles at pipeline creation)
             try:
                 warm_up.warm_up(self)

@@ -43,6 +43,7 @@ class VulkanPipeline(Pipeline):
         self.name = name
         self.num_buffers = num_buffers
         self.push_constant_size = push_constant_size   # rounded up to a multiple of 4
+        self.dispatched = False   # recorded into a command buffer yet (see _after_dispatch)
 
     def release(self):
         if self._handle is not None:
@@ -454,7 +455,13 @@ class ProgramMixin:
         lib.vkCmdPipelineBarrier(cmd, PIPE_COMPUTE, PIPE_COMPUTE, 0, 1, self._mb_c2c_ptr,
                                  0, NULL, 0, NULL)
         self._recorded += 1
-        if self._recorded >= self.flush_every or (not self._recorded % IDLE_CHECK_EVERY and self._idle()):
+        # A pipeline's first dispatch: lavapipe compiles it when the dispatch runs, on its queue's thread.
+        # Submitted at once, that compile overlaps the host's next work (the next kernel's compile: MPM's
+        # first forward in a fresh process took 350 ms instead of 480).
+        first = not pipeline.dispatched
+        pipeline.dispatched = True
+        if self._recorded >= self.flush_every or (first and self._compiles_at_dispatch) or \
+                (not self._recorded % IDLE_CHECK_EVERY and self._idle()):
             self._flush()
 
     # -- transfers (the Tape's checkpoints and gradient clears) ----------------------------------------
