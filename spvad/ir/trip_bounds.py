@@ -47,9 +47,27 @@ class TripBounds:
         for s in N.walk(task.body):
             if isinstance(s, N.LocalStore):
                 stores.setdefault(s.slot, []).append(s)
+        self.counters = {}   # slot -> (its store outside loops or None, [(step, loops around an increment)])
         for slot, ss in stores.items():
             if len(ss) == 1 and not loops_of[ss[0]]:
                 self.single_store[slot] = ss[0].value
+            elif slot.dtype.is_int:
+                self._counter(slot, ss, loops_of)
+        self._counting = set()   # counter slots whose bound is being worked out (a cycle is unbounded)
+
+    def _counter(self, slot, stores, loops_of):
+        """A slot counting loop trips (a gradient's `trips`): stored once outside loops, else only increased by
+        constant steps >= 0 inside loops (`slot = slot + c`)."""
+        first, steps = None, []
+        for s in stores:
+            step = _increment(s)
+            if step is not None and loops_of[s]:
+                steps.append((step, loops_of[s]))
+            elif first is None and not loops_of[s]:
+                first = s.value
+            else:
+                return
+        self.counters[slot] = (first, steps)
 
     def _loops_around(self, block, loops, out):
         for s in block.stmts:
@@ -100,9 +118,30 @@ class TripBounds:
         if isinstance(s, N.LocalLoad) and s.slot in self.single_store and s.slot.dtype.is_int:
             lo, hi = self.interval(self.single_store[s.slot], env, memo)
             return (min(lo, 0), max(hi, 0))    # the slot is zero before its store
+        if isinstance(s, N.LocalLoad) and s.slot in self.counters:
+            return self._counter_interval(s.slot, env, memo)
         if isinstance(s, N.Compute) and s.dtype in (T.i32, T.u32):
             return self._compute(s, env, memo)
         raise Unbounded()
+
+    def _counter_interval(self, slot, env, memo):
+        """Zero (before any store) or its first value, plus at most every step each increment can take: the
+        step times the trips of the loops around it."""
+        if slot in self._counting:
+            raise Unbounded()
+        self._counting.add(slot)
+        try:
+            first, steps = self.counters[slot]
+            lo, hi = self.interval(first, env, memo) if first is not None else (0, 0)
+            lo, hi = min(lo, 0), max(hi, 0)
+            for step, loops in steps:
+                runs = 1
+                for loop in loops:
+                    runs *= self.max_trips(loop, env)
+                hi += step * runs
+            return (lo, hi)
+        finally:
+            self._counting.discard(slot)
 
     def _compute(self, s, env, memo):
         op = s.op
@@ -147,3 +186,15 @@ class TripBounds:
             elif s.BLOCK_FIELDS:
                 total += sum(self.header_runs(b, env) for b in s.blocks() if b is not None)
         return total
+
+
+def _increment(store):
+    """c when `store` is `slot = slot + c` with an integer constant c >= 0, else None."""
+    v = store.value
+    if not (isinstance(v, N.Compute) and v.op is Op.ADD and len(v.args) == 2):
+        return None
+    for a, b in (v.args, v.args[::-1]):
+        if isinstance(a, N.LocalLoad) and a.slot is store.slot and isinstance(b, N.Const) and b.dtype.is_int \
+                and int(b.value) >= 0:
+            return int(b.value)
+    return None

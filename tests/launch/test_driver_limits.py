@@ -247,3 +247,67 @@ def test_nested_loops_bounded_by_an_outer_index(n, flagged):
             sp.sync()
     else:
         np.testing.assert_array_equal(x.to_numpy(), n * (n - 1) // 2)
+
+
+@sp.kernel
+def damped(x: sp.Array, w: sp.Array, y: sp.Array, steps: sp.i32):
+    for i in range(x.shape[0]):
+        v = x[i]
+        for _ in range(steps):
+            v = v + 1e-4 * sp.sin(v) * w[i]
+        y[i] = v
+
+
+def damped_reference(x, w, steps):
+    """y and dy/dx, dy/dw in float64 (forward mode)."""
+    v, dx, dw = x.astype(np.float64), np.ones(len(x)), np.zeros(len(x))
+    w = w.astype(np.float64)
+    for _ in range(steps):
+        s, c = np.sin(v), np.cos(v)
+        dx, dw, v = dx + 1e-4 * c * w * dx, dw + 1e-4 * (c * w * dw + s), v + 1e-4 * s * w
+    return v, dx, dw
+
+
+@pytest.mark.parametrize("steps, counted", [(50, False), (20_000, True)])
+def test_a_gradients_loops_count_as_a_forward_and_a_reverse_sweep(steps, counted, rng):
+    """A gradient replays the loop forward, then runs it backwards as many trips as the forward counted: both
+    sweeps' headers are bounded from `steps` (the reverse one through that trip counter), 102 at 50 steps
+    (not counted) and 40,002 at 20,000 (counted, under the cap: exact). At 40,000 the cap is reached: flagged."""
+    cap = loop_cap()
+    if not cap:
+        pytest.skip("this driver has no loop-iteration cap")
+    xn, wn = rng.uniform(0.5, 1.5, 8).astype(np.float32), rng.uniform(0.5, 1.5, 8).astype(np.float32)
+    x, w = sp.from_numpy(xn, needs_grad=True), sp.from_numpy(wn, needs_grad=True)
+    y = sp.ndarray(sp.f32, (8,), needs_grad=True)
+    y.grad.fill(1.0)
+    damped.grad(x, w, y, steps)
+    _, dx, dw = damped_reference(xn, wn, steps)
+    np.testing.assert_allclose(x.grad.to_numpy(), dx, rtol=2e-3)
+    np.testing.assert_allclose(w.grad.to_numpy(), dw, rtol=2e-3)
+    rt = runtime.get()
+    [grad] = [dt for dt in rt.tasks.values() if dt.ct.kernel_name.startswith("damped") and dt.ct.stack_sizes]
+    assert (grad.last_spec or {}).get(1001, 1) == int(counted)   # the launch's loop-count step
+    damped.grad(x, w, y, 2 * steps if counted else 40_000)
+    with pytest.raises(sp.DeviceError, match="stopped a loop"):
+        sp.sync()
+
+
+@sp.kernel
+def self_bounded(x: sp.Array, n: sp.i32):
+    for i in range(x.shape[0]):
+        k = n
+        for _ in range(3):
+            k += 1
+        for _ in range(k):      # its bound is read once, at entry; the body keeps counting
+            k += 2
+        x[i] = k
+
+
+def test_a_loop_bounded_by_the_counter_it_increments_runs_counted():
+    """The trip bound of that loop would need itself: unbounded, so the launch counts (no endless recursion)."""
+    x = sp.from_numpy(np.zeros(3, np.float32))
+    self_bounded(x, 5)
+    np.testing.assert_array_equal(x.to_numpy(), 8 + 2 * 8)
+    if loop_cap():
+        [task] = [dt for dt in runtime.get().tasks.values() if dt.ct.kernel_name.startswith("self_bounded")]
+        assert task.ct.loop_count.fixed is True
