@@ -123,20 +123,43 @@ def _spawn(script, system, cache, cache_dir):
     raise RuntimeError(f"child process failed ({p.returncode}): {tail[0][:300]}")
 
 
-def run(system, cfg, script):
-    """Runs in the parent: spawns the children for `system`; returns its rows (medians over processes)."""
-    if system == "limit":
-        return [row(NAME, op, system, "n/a", detail="no hand-written equivalent (compiling Python kernels is "
-                    "what spvad, Taichi and Quadrants do; a hand-written shader has no such step)") for op in OPS]
-    try:
-        with tempfile.TemporaryDirectory(prefix="peers-cache-") as cold_dir:
-            cold = [_spawn(script, system, "off", cold_dir) for _ in range(cfg["runs"])]
-        with tempfile.TemporaryDirectory(prefix="peers-cache-") as warm_dir:
-            _spawn(script, system, "on", warm_dir)          # fills Mesa's and the system's caches
-            warm = [_spawn(script, system, "on", warm_dir) for _ in range(cfg["runs"])]
-    except (Unavailable, RuntimeError, subprocess.TimeoutExpired) as e:
-        return [row(NAME, op, system, "ERROR", detail=describe(e)) for op in OPS]
-    picks = (("import+init", cold, "init"), ("cold forward", cold, "forward"), ("cold gradient", cold, "gradient"),
-             ("cold 2nd kernel", cold, "second"), ("warm forward", warm, "forward"), ("warm gradient", warm, "gradient"))
-    return [row(NAME, op, system, "OK", statistics.median(s), samples=s)
-            for op, runs, key in picks for s in [[r[key] for r in runs]]]
+def run(systems, cfg, script):
+    """Runs in the parent: spawns the children of every system in `systems`; returns their rows (medians over
+    processes). The processes alternate between the systems, round by round in a rotating order (the cold
+    ones, then each system's warm-cache filling run, then the warm ones), so that a drift of the machine's
+    speed over the minute this takes falls on every system alike."""
+    rows = [row(NAME, op, "limit", "n/a", detail="no hand-written equivalent (compiling Python kernels is what "
+                "spvad, Taichi and Quadrants do; a hand-written shader has no such step)")
+            for op in OPS if "limit" in systems]
+    live = [s for s in systems if s != "limit"]
+    runs, failed = {s: {"off": [], "on": []} for s in live}, {}
+
+    def rounds(cache, dirs):
+        for r in range(cfg["runs"]):
+            for system in live[r % len(live):] + live[:r % len(live)]:
+                if system not in failed:
+                    try:
+                        runs[system][cache].append(_spawn(script, system, cache, dirs[system]))
+                    except (Unavailable, RuntimeError, subprocess.TimeoutExpired) as e:
+                        failed[system] = e
+
+    with tempfile.TemporaryDirectory(prefix="peers-cache-") as cold_dir:
+        rounds("off", {s: cold_dir for s in live})
+    with tempfile.TemporaryDirectory(prefix="peers-cache-") as warm_root:
+        warm_dirs = {s: os.path.join(warm_root, s) for s in live}
+        for system in live:
+            os.makedirs(warm_dirs[system])
+            try:
+                _spawn(script, system, "on", warm_dirs[system])   # fills Mesa's and the system's caches
+            except (Unavailable, RuntimeError, subprocess.TimeoutExpired) as e:
+                failed.setdefault(system, e)
+        rounds("on", warm_dirs)
+    picks = (("import+init", "off", "init"), ("cold forward", "off", "forward"), ("cold gradient", "off", "gradient"),
+             ("cold 2nd kernel", "off", "second"), ("warm forward", "on", "forward"), ("warm gradient", "on", "gradient"))
+    for system in live:
+        if system in failed:
+            rows += [row(NAME, op, system, "ERROR", detail=describe(failed[system])) for op in OPS]
+            continue
+        rows += [row(NAME, op, system, "OK", statistics.median(s), samples=s)
+                 for op, cache, key in picks for s in [[r[key] for r in runs[system][cache]]]]
+    return rows
