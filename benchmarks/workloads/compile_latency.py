@@ -26,7 +26,7 @@ THREADS, STEPS = 1024, 64
 
 
 def config(quick):
-    return {"runs": 1 if quick else 5}
+    return {"runs": 1 if quick else 7}
 
 
 def title(cfg):
