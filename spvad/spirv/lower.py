@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .. import types as T
 from ..errors import SpvadError
+from ..ir import nodes as N
 from ..ir.print_format import formats_of
 from . import lower_coarse
 from .lower_adstack import AdStacks
@@ -91,6 +92,15 @@ def lower_task(kernel, task, *, local_size=128, features=None, homes=None, bound
 
 # lavapipe's loop cap (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS), for devices with feature "loop_iteration_cap"
 LOOP_ITERATION_CAP = 65535
+
+
+def _index_may_wrap(loop):
+    """Whether the last index of range loop `loop` plus its step can leave i32 (unless its end is a constant
+    that keeps it inside)."""
+    if not isinstance(loop.end, N.Const):
+        return True
+    last = int(loop.end.value) - 1 if loop.step > 0 else int(loop.end.value) + 1
+    return not -2**31 <= last + loop.step <= 2**31 - 1
 
 
 class _Lowerer:
@@ -335,7 +345,15 @@ class _Lowerer:
         f.emit_void(Op.OpBranchConditional, go, body, merge)
         self.loop_body(body, s, cont, merge)
         self.begin(cont)
-        f.emit_void(Op.OpStore, var, f.emit(Op.OpIAdd, i32, f.emit(Op.OpLoad, i32, var), self.i32c(s.step)))
+        i = f.emit(Op.OpLoad, i32, var)
+        step = f.emit(Op.OpIAdd, i32, i, self.i32c(s.step))
+        if _index_may_wrap(s):
+            # Python's range ends where i + step leaves i32, whose addition would wrap back into the range
+            # (range(2**31 - 10, 2**31 - 1, 5) runs twice): the index becomes `end` there, and the loop ends.
+            edge = (2**31 - 1 - s.step) if s.step > 0 else (-2**31 - s.step)
+            past = self.emit(Op.OpSGreaterThan if s.step > 0 else Op.OpSLessThan, T.u1, i, self.i32c(edge))
+            step = self.emit(Op.OpSelect, T.i32, past, self.value(s.end), step)
+        f.emit_void(Op.OpStore, var, step)
         f.emit_void(Op.OpBranch, header)
         self.begin(merge)
 

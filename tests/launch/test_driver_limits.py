@@ -311,3 +311,15 @@ def test_a_loop_bounded_by_the_counter_it_increments_runs_counted():
     if loop_cap():
         [task] = [dt for dt in runtime.get().tasks.values() if dt.ct.kernel_name.startswith("self_bounded")]
         assert task.ct.loop_count.fixed is True
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("first, last, step", [(2**31 - 10, 2**31 - 1, 5), (2**31 - 3, 2**31 - 1, 1),
+                                               (-2**31 + 9, -2**31, -4), (10, 2**31 - 1, 2**30)])
+def test_a_range_ends_where_its_next_index_would_leave_i32(first, last, step):
+    """Python's range ends there; an i32 index plus the step would wrap back into the range and run ~2**32 / step
+    more times (lavapipe's cap flagged it; a GPU would have run them)."""
+    kernel = stepped(step)
+    x = sp.from_numpy(np.zeros(2, np.float32))
+    kernel(x, first, last)
+    np.testing.assert_array_equal(x.to_numpy(), len(range(first, last, step)))
