@@ -36,7 +36,10 @@ class TripBounds:
     """Trip-count bounds of the loops of `task`; `env` is (scalars, shapes, num_threads) of a launch, or None
     before one (a bound that needs them raises NeedsLaunchValues)."""
 
-    def __init__(self, task):
+    def __init__(self, task, wraps=False):
+        # `wraps`: a value past its dtype's range is unbounded, as the device wraps it (n - m with n near -2**31
+        # is a large end there); the adstack sizes take the unwrapped bound (a wrapped count overflows, loudly)
+        self.wraps = wraps
         # a thread count read from arrays is not known at launch: loops bounded by the thread index are
         # unbounded here (the adstacks' depth probe measures them, as data-dependent ones)
         self.threads_known = not counts_on_device(task)
@@ -90,6 +93,10 @@ class TripBounds:
         if s in memo:
             return memo[s]
         r = memo[s] = self._interval(s, env, memo)
+        if self.wraps:
+            lo, hi = T.INT_RANGE.get(getattr(s.dtype, "name", None), (r[0], r[1]))
+            if r[0] < lo or r[1] > hi:
+                raise Unbounded()
         return r
 
     def _interval(self, s, env, memo):

@@ -33,7 +33,7 @@ class LoopCount:
     those decides again: launch/replay.py)."""
 
     def __init__(self, task):
-        self.bounds, self.body = TripBounds(task), task.body
+        self.bounds, self.body = TripBounds(task, wraps=True), task.body
         self.fixed, self.scalars, self.memo = True, (), {}
         try:
             self.bounds.header_runs(self.body, ONES)

@@ -323,3 +323,25 @@ def test_a_range_ends_where_its_next_index_would_leave_i32(first, last, step):
     x = sp.from_numpy(np.zeros(2, np.float32))
     kernel(x, first, last)
     np.testing.assert_array_equal(x.to_numpy(), len(range(first, last, step)))
+
+
+@sp.kernel
+def up_to_difference(x: sp.Array, n: sp.i32, m: sp.i32):
+    for i in range(x.shape[0]):
+        v = x[i]
+        for _ in range(n - m):      # i32 arithmetic wraps: n - m can be a large end
+            v = v + 1.0
+        x[i] = v
+
+
+def test_a_loop_end_that_wraps_is_counted():
+    """n - m below -2**31 wraps to a large end on the device: the loop runs past the cap, which is flagged,
+    not cut short silently (the bound's interval leaves i32, so the launch counts)."""
+    if not loop_cap():
+        pytest.skip("this driver has no loop-iteration cap")
+    x = sp.from_numpy(np.zeros(2, np.float32))
+    up_to_difference(x, 30, 10)
+    np.testing.assert_array_equal(x.to_numpy(), 20)
+    up_to_difference(x, -2**31 + 5, 10)
+    with pytest.raises(sp.DeviceError, match="stopped a loop"):
+        sp.sync()
