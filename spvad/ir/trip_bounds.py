@@ -47,9 +47,14 @@ class TripBounds:
         stores = {}
         loops_of = {}
         self._loops_around(task.body, (), loops_of)
+        indexed = set()   # slots also written at a run-time index (SlotStore): no bound from their LocalStores
         for s in N.walk(task.body):
             if isinstance(s, N.LocalStore):
                 stores.setdefault(s.slot, []).append(s)
+            elif isinstance(s, N.SlotStore):
+                indexed.update(s.slots)
+        for slot in indexed:
+            stores.pop(slot, None)
         self.counters = {}   # slot -> (its store outside loops or None, [(step, loops around an increment)])
         for slot, ss in stores.items():
             if len(ss) == 1 and not loops_of[ss[0]]:

@@ -345,3 +345,29 @@ def test_a_loop_end_that_wraps_is_counted():
     up_to_difference(x, -2**31 + 5, 10)
     with pytest.raises(sp.DeviceError, match="stopped a loop"):
         sp.sync()
+
+
+@sp.kernel
+def bound_from_local_array(x: sp.Array, n: sp.i32, k: sp.i32, big: sp.i32):
+    for i in range(x.shape[0]):
+        bounds = sp.Vector(2, sp.i32).zero()
+        bounds[0] = n
+        for j in range(k):
+            bounds[(j + 1) % 2] = big   # a run-time index: no LocalStore the bounds could follow
+        v = x[i]
+        for _ in range(bounds[0]):
+            v = v + 1.0
+        x[i] = v
+
+
+def test_a_bound_written_at_a_run_time_index_is_counted():
+    """A local array's element stored at a constant index and again at a run-time one: the loop over it is
+    not bounded by the first store alone (k = 2 makes it 100,000, past the cap: flagged)."""
+    x = sp.from_numpy(np.zeros(2, np.float32))
+    bound_from_local_array(x, 10, 1, 100_000)
+    np.testing.assert_array_equal(x.to_numpy(), 10)
+    if not loop_cap():
+        return
+    bound_from_local_array(x, 10, 2, 100_000)
+    with pytest.raises(sp.DeviceError, match="stopped a loop"):
+        sp.sync()
