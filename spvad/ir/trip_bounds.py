@@ -1,7 +1,8 @@
 """Bounds of a task's loop trip counts by interval arithmetic over the loops' begin/end: loop indices range
 over their loop's interval, thread indices over [0, num_threads), a local slot written once (outside loops)
-over its value. Adstack capacities (autodiff/adstack.py) and the loop-cap count (launch/loop_cap.py) use them:
-exact when the bounds are constants, evaluated at launch when they read scalars or shapes.
+over its value, a counter slot (a gradient's trip count) over its first value plus what its increments can
+add. Adstack capacities (autodiff/adstack.py) and the loop-cap count (spirv/loop_cap.py) use them: exact when
+the bounds are constants, evaluated at launch when they read scalars or shapes.
 """
 from .. import types as T
 from . import nodes as N

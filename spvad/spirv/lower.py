@@ -346,14 +346,14 @@ class _Lowerer:
         self.loop_body(body, s, cont, merge)
         self.begin(cont)
         i = f.emit(Op.OpLoad, i32, var)
-        step = f.emit(Op.OpIAdd, i32, i, self.i32c(s.step))
+        following = f.emit(Op.OpIAdd, i32, i, self.i32c(s.step))
         if _index_may_wrap(s):
             # Python's range ends where i + step leaves i32, whose addition would wrap back into the range
             # (range(2**31 - 10, 2**31 - 1, 5) runs twice): the index becomes `end` there, and the loop ends.
             edge = (2**31 - 1 - s.step) if s.step > 0 else (-2**31 - s.step)
             past = self.emit(Op.OpSGreaterThan if s.step > 0 else Op.OpSLessThan, T.u1, i, self.i32c(edge))
-            step = self.emit(Op.OpSelect, T.i32, past, self.value(s.end), step)
-        f.emit_void(Op.OpStore, var, step)
+            following = self.emit(Op.OpSelect, T.i32, past, self.value(s.end), following)
+        f.emit_void(Op.OpStore, var, following)
         f.emit_void(Op.OpBranch, header)
         self.begin(merge)
 
