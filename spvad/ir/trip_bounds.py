@@ -187,15 +187,17 @@ class TripBounds:
         raise Unbounded()
 
     def header_runs(self, block, env):
-        """An upper bound on the loop headers one run of `block` executes: k + 1 per entry of a loop of at
-        most k trips (what lavapipe's loop cap counts), both branches of an If. Unbounded for a while loop."""
+        """An upper bound on the loop passes one run of `block` takes, as lavapipe's loop cap counts them
+        (spirv/lower_loop_count.py): k + 1 per entry of a loop of at most k trips, plus the loops inside it
+        that its last, masked pass enters once; both branches of an If. Unbounded for a while loop."""
         total = 0
         for s in block.stmts:
             if isinstance(s, N.While):
                 raise Unbounded()
             if isinstance(s, N.RangeFor):
                 trips = self.max_trips(s, env)
-                total += trips + 1 + trips * self.header_runs(s.body, env)
+                masked = sum(1 for x in N.walk(s.body) if isinstance(x, (N.RangeFor, N.While)))
+                total += trips + 1 + trips * self.header_runs(s.body, env) + masked
             elif s.BLOCK_FIELDS:
                 total += sum(self.header_runs(b, env) for b in s.blocks() if b is not None)
         return total
