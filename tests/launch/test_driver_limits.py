@@ -372,3 +372,63 @@ def test_a_bound_written_at_a_run_time_index_is_counted():
     bound_from_local_array(x, 10, 2, 100_000)
     with pytest.raises(sp.DeviceError, match="stopped a loop"):
         sp.sync()
+
+
+@sp.kernel
+def nest_of_single_steps(x: sp.Array, n: sp.i32, one: sp.i32):
+    for t in range(x.shape[0]):
+        v = x[t]
+        for a in range(n):
+            for b in range(one):
+                for c in range(one):
+                    v += 1.0
+        x[t] = v
+
+
+@sp.kernel
+def lanes_in_turn(x: sp.Array, n: sp.i32):
+    for t in range(x.shape[0]):
+        v = x[t]
+        mine = n if t == 0 else 0
+        theirs = n if t == 1 else 0
+        for a in range(mine):
+            v += 1.0
+        for b in range(theirs):
+            v += 1.0
+        x[t] = v
+
+
+@sp.kernel
+def break_then_loop(x: sp.Array, n: sp.i32, five: sp.i32, seven: sp.i32):
+    for t in range(x.shape[0]):
+        v = x[t]
+        for a0 in range(n):
+            v += 1.0
+            for a1 in range(five):
+                if v > -1.0:
+                    break
+                for a2 in range(seven):
+                    v += 100.0
+        x[t] = v
+
+
+@pytest.mark.parametrize("run, small, large, want", [
+    # lavapipe: 6 steps an outer iteration (c's loop is entered, masked, as b's last pass), not 5
+    (lambda x, n: nest_of_single_steps(x, n, 1), 9_000, 12_000, lambda n: [n, n]),
+    # one vector of lanes runs both loops: 2 x 40,000 steps, though each lane counts 40,001 of its own
+    (lanes_in_turn, 30_000, 40_000, lambda n: [n, n]),
+    # 5 steps an outer iteration: a2's loop is passed over masked twice (the branch no lane takes, and a1's
+    # last pass after the break)
+    (lambda x, n: break_then_loop(x, n, 5, 7), 12_000, 20_000, lambda n: [n, n]),
+])
+def test_steps_the_driver_takes_for_the_whole_vector_are_counted(run, small, large, want):
+    """Each of these was cut short by lavapipe with no error when a thread counted only its own headers."""
+    if not loop_cap():
+        pytest.skip("this driver has no loop-iteration cap")
+    x = sp.from_numpy(np.zeros(2, np.float32))
+    run(x, small)
+    np.testing.assert_array_equal(x.to_numpy(), want(small))
+    x = sp.from_numpy(np.zeros(2, np.float32))
+    run(x, large)
+    with pytest.raises(sp.DeviceError, match="stopped a loop"):
+        sp.sync()
