@@ -196,7 +196,7 @@ class TripBounds:
                 raise Unbounded()
             if isinstance(s, N.RangeFor):
                 trips = self.max_trips(s, env)
-                masked = sum(1 for x in N.walk(s.body) if isinstance(x, (N.RangeFor, N.While)))
+                masked = sum(1 for _ in N.loops_in(s.body))
                 total += trips + 1 + trips * self.header_runs(s.body, env) + masked
             elif s.BLOCK_FIELDS:
                 total += sum(self.header_runs(b, env) for b in s.blocks() if b is not None)

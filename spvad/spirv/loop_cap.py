@@ -1,7 +1,8 @@
 """Which launches count their threads' loop steps against lavapipe's loop cap.
 
-lavapipe silently stops every loop of a thread once the thread has run 65,535 loop headers in all, so a
-module for it counts them and flags a thread that reached the cap (lower.py, `iteration_cap_reached`). The
+lavapipe silently stops every loop of a SIMD vector of threads once the vector has taken 65,535 loop steps
+in all, so a module for it counts them (lower_loop_count.py) and flags a thread near the cap (lower.py,
+`iteration_cap_reached`). The
 count's step is a specialisation constant (lower.LOOP_COUNT_SPEC_ID). A launch whose loops provably stay far
 below the cap (trip bounds from its scalars, shapes and thread count: ir/trip_bounds.py) sets it to 0, and
 lavapipe's compiler drops the count and the flag's atomic: the integrator forward's first dispatch took 26 ms

@@ -22,7 +22,7 @@ from .spec import Capability, GroupOperation, Op, Scope, StorageClass
 
 def loops_under(stmts):
     """How many loops `stmts` hold, nested ones included: what a masked pass over them enters."""
-    return sum(1 for s in stmts for x in N.walk(N.Block([s])) if isinstance(x, (N.RangeFor, N.While)))
+    return sum(1 for _ in N.loops_in(N.Block(list(stmts))))
 
 
 class LoopCount:

@@ -4,6 +4,7 @@ import pytest
 
 import spvad as sp
 from spvad import runtime
+from spvad.spirv.lower import LOOP_COUNT_SPEC_ID
 
 
 @sp.kernel
@@ -209,8 +210,8 @@ def triangle(x: sp.Array, n: sp.i32):
 def counting_choices(kernel):
     """The loop-count step of every pipeline the kernel's tasks hold (1: counted, 0: not)."""
     rt = runtime.get()
-    return sorted({dict(key[-1]).get(1001, 1) for dt in rt.tasks.values() if dt.ct.kernel_name == kernel.name
-                   for key in dt.pipelines})
+    return sorted({dict(key[-1]).get(LOOP_COUNT_SPEC_ID, 1) for dt in rt.tasks.values()
+                   if dt.ct.kernel_name == kernel.name for key in dt.pipelines})
 
 
 def test_a_replayed_launch_counts_again_when_new_scalars_near_the_cap():
@@ -287,7 +288,7 @@ def test_a_gradients_loops_count_as_a_forward_and_a_reverse_sweep(steps, counted
     np.testing.assert_allclose(w.grad.to_numpy(), dw, rtol=2e-3)
     rt = runtime.get()
     [grad] = [dt for dt in rt.tasks.values() if dt.ct.kernel_name.startswith("damped") and dt.ct.stack_sizes]
-    assert (grad.last_spec or {}).get(1001, 1) == int(counted)   # the launch's loop-count step
+    assert (grad.last_spec or {}).get(LOOP_COUNT_SPEC_ID, 1) == int(counted)   # the launch's loop-count step
     damped.grad(x, w, y, 2 * steps if counted else 40_000)
     with pytest.raises(sp.DeviceError, match="stopped a loop"):
         sp.sync()
