@@ -30,8 +30,8 @@ from .ir.licm import hoist_loop_invariants
 from .ir.locals import forward_locals
 from .ir.slot_arrays import expand_slot_arrays, expand_small_slot_arrays
 from .spirv import tools
-from .spirv.lower import LOOP_COUNT_SPEC_ID, lower_task
-from .spirv.loop_cap import LoopCount
+from .spirv.lower import LOOP_CHECK_SPEC_ID, lower_task
+from .spirv.loop_cap import LoopCheck
 from .spirv.lower_adstack import FUNCTION, stack_shapes
 
 
@@ -120,17 +120,18 @@ class CompiledTask:
 
     def spec_constants(self, scalars, shapes, num_threads):
         """What a launch specialises (spec id -> value), or None: adstack capacities known once the launch's
-        scalars and shapes are, and a loop-cap count turned off (spirv/loop_cap.py)."""
-        sizer, count = self.stack_sizes, self.loop_count
+        scalars and shapes are, and a loop-cap check turned off (spirv/loop_cap.py)."""
+        sizer, check = self.stack_sizes, self.loop_check
         spec = sizer.spec_constants(scalars, shapes, num_threads) if sizer and sizer.launch_bounds else None
-        if count is not None and not count.needed(scalars, shapes, num_threads):
-            spec = {**spec, LOOP_COUNT_SPEC_ID: 0} if spec else {LOOP_COUNT_SPEC_ID: 0}
+        if check is not None and not check.needed(scalars, shapes, num_threads):
+            spec = {**spec, LOOP_CHECK_SPEC_ID: 0} if spec else {LOOP_CHECK_SPEC_ID: 0}
         return spec
 
     @functools.cached_property
-    def loop_count(self):
-        """spirv.loop_cap.LoopCount when the module counts its loop steps against the driver's cap, else None."""
-        return LoopCount(self.task) if LOOP_COUNT_SPEC_ID in (self.lowered.spec_ids or ()) else None
+    def loop_check(self):
+        """spirv.loop_cap.LoopCheck when the module checks the driver's loop cap, else None."""
+        low = self.lowered
+        return LoopCheck(self.task, low.cas_atomics) if LOOP_CHECK_SPEC_ID in (low.spec_ids or ()) else None
 
     def variant(self, homes, addressed=frozenset()):
         key = (homes, addressed) if addressed else homes

@@ -33,11 +33,25 @@ class Ones:
 ONES = (Ones(), Ones(), 1)   # launch values (scalars, shapes, num_threads) that test boundedness early
 
 
+# Passes a compare-exchange loop (a float atomic with no native instruction) may take: the vector's lanes
+# on one address succeed in turn (8 on lavapipe), and other worker threads' successes add retries.
+CAS_PASSES = 256
+
+
+def driver_loops_in(block, cas=frozenset()):
+    """Every loop the driver runs under `block`: its loops, and its atomics on the bindings `cas` (each a
+    compare-exchange loop)."""
+    return (s for s in N.walk(block) if isinstance(s, (N.RangeFor, N.While)) or (
+        isinstance(s, N.AtomicRMW) and (s.array.index, s.field) in cas))
+
+
 class TripBounds:
     """Trip-count bounds of the loops of `task`; `env` is (scalars, shapes, num_threads) of a launch, or None
-    before one (a bound that needs them raises NeedsLaunchValues)."""
+    before one (a bound that needs them raises NeedsLaunchValues). `cas`: bindings whose atomics are
+    compare-exchange loops (spirv/lower_memory.py word views), for header_runs."""
 
-    def __init__(self, task, wraps=False):
+    def __init__(self, task, wraps=False, cas=frozenset()):
+        self.cas = cas
         # `wraps`: a value past its dtype's range is unbounded, as the device wraps it (n - m with n near -2**31
         # is a large end there); the adstack sizes take the unwrapped bound (a wrapped count overflows, loudly)
         self.wraps = wraps
@@ -188,16 +202,19 @@ class TripBounds:
 
     def header_runs(self, block, env):
         """An upper bound on the loop passes one run of `block` takes, as lavapipe's loop cap counts them
-        (spirv/lower_loop_count.py): k + 1 per entry of a loop of at most k trips, plus the loops inside it
-        that its last, masked pass enters once; both branches of an If. Unbounded for a while loop."""
+        (spirv/loop_cap.py): k + 1 per entry of a loop of at most k trips, plus the loops inside it
+        that its last, masked pass enters once; both branches of an If; CAS_PASSES for a compare-exchange
+        atomic. Unbounded for a while loop."""
         total = 0
         for s in block.stmts:
             if isinstance(s, N.While):
                 raise Unbounded()
             if isinstance(s, N.RangeFor):
                 trips = self.max_trips(s, env)
-                masked = sum(1 for _ in N.loops_in(s.body))
+                masked = sum(1 for _ in driver_loops_in(s.body, self.cas))
                 total += trips + 1 + trips * self.header_runs(s.body, env) + masked
+            elif isinstance(s, N.AtomicRMW) and (s.array.index, s.field) in self.cas:
+                total += CAS_PASSES
             elif s.BLOCK_FIELDS:
                 total += sum(self.header_runs(b, env) for b in s.blocks() if b is not None)
         return total

@@ -7,7 +7,7 @@ from .. import runtime
 from .. import types as T
 from ..frontend import TemplateSpec, VectorArgSpec
 from ..frontend.random_numbers import random_key_index
-from ..spirv.lower import LOOP_COUNT_SPEC_ID
+from ..spirv.lower import LOOP_CHECK_SPEC_ID
 from .versions import bump_versions, companion
 
 
@@ -163,7 +163,7 @@ class Record:
     the device) and array shapes. `reports`: what each launch tells its task on the device (flags or prints
     to read at the next sync), None when nothing."""
     __slots__ = ("send", "recorded", "pushed", "on_device", "reports", "spec", "push", "n", "shapes",
-                 "threads_fixed", "counted")
+                 "threads_fixed", "checked")
 
     def __init__(self, send, recorded, on_device, spec, push, n, shapes):
         self.send, self.recorded, self.on_device, self.spec, self.push, self.n, self.shapes = \
@@ -171,23 +171,23 @@ class Record:
         self.pushed = recorded and recorded[2]
         self.reports = on_device.after_launch if on_device.reports else None
         ct = on_device.ct
-        # whether the loops count their steps against the driver's cap (spirv/loop_cap.py)
-        self.counted = ct.loop_count is not None and not (spec and spec.get(LOOP_COUNT_SPEC_ID) == 0)
+        # whether the launch checks the driver's loop cap (spirv/loop_cap.py)
+        self.checked = ct.loop_check is not None and not (spec and spec.get(LOOP_CHECK_SPEC_ID) == 0)
         # the thread count reads no scalar, or the device computes it again at each launch; nor does the
-        # choice to count loop steps
-        self.threads_fixed = (n is None or not ct.header_scalars) and not (ct.loop_count and ct.loop_count.scalars)
+        # choice to check the loop cap
+        self.threads_fixed = (n is None or not ct.header_scalars) and not (ct.loop_check and ct.loop_check.scalars)
 
     def same_launch(self, scalars):
-        """Whether new scalar values keep this dispatch's thread count and its choice to count loop steps."""
+        """Whether new scalar values keep this dispatch's thread count and its choice to check the loop cap."""
         ct = self.on_device.ct
         if self.n is not None and ct.header_scalars and ct.num_threads(scalars, self.shapes) != self.n:
             return False
-        count = ct.loop_count
-        return count is None or not count.scalars or count.needed(scalars, self.shapes, self.n) == self.counted
+        check = ct.loop_check
+        return check is None or not check.scalars or check.needed(scalars, self.shapes, self.n) == self.checked
 
 
 def same_threads(records, scalars):
-    """Whether every recorded task keeps its thread count (and loop counting) with new scalar values."""
+    """Whether every recorded task keeps its thread count (and loop-cap check) with new scalar values."""
     return all(r.threads_fixed or r.same_launch(scalars) for r in records)
 
 

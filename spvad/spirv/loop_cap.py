@@ -1,17 +1,17 @@
-"""Which launches count their threads' loop steps against lavapipe's loop cap.
+"""Which launches check whether lavapipe's loop cap cut a loop short.
 
 lavapipe silently stops every loop of a SIMD vector of threads once the vector has taken 65,535 loop steps
-in all, so a module for it counts them (lower_loop_count.py) and flags a thread near the cap (lower.py,
-`iteration_cap_reached`). The
-count's step is a specialisation constant (lower.LOOP_COUNT_SPEC_ID). A launch whose loops provably stay far
-below the cap (trip bounds from its scalars, shapes and thread count: ir/trip_bounds.py) sets it to 0, and
-lavapipe's compiler drops the count and the flag's atomic: the integrator forward's first dispatch took 26 ms
-instead of 30.5. Loops the bounds cannot follow (while loops, bounds read from arrays) are always counted.
+in all, so a module for it ends each thread with a check (lower_loop_cut.py) that flags a vector whose limit
+ran out. The check is a specialisation constant (lower.LOOP_CHECK_SPEC_ID). A launch whose loops provably
+stay far below the cap (trip bounds from its scalars, shapes and thread count: ir/trip_bounds.py, which
+follows the vector's steps: masked passes, both branches, compare-exchange atomics) sets it to 0, and
+lavapipe's compiler drops the check. Loops the bounds cannot follow (while loops, bounds read from arrays)
+are always checked.
 """
 from ..ir.trip_bounds import ONES, NeedsLaunchValues, Ones, TripBounds, Unbounded
 from .lower import LOOP_ITERATION_CAP
 
-# Far below the cap: the CAS loops of some atomics run headers that nothing counts (nor bounds) either.
+# Far below the cap: a margin for steps of the driver the bounds do not follow.
 SAFE_HEADERS = LOOP_ITERATION_CAP // 2
 _MEMO_LIMIT = 256
 
@@ -27,18 +27,18 @@ class _ReadScalars:
         return 1
 
 
-class LoopCount:
-    """For one task whose module counts loop steps: whether a launch must count (`needed`). `scalars`: the
+class LoopCheck:
+    """For one task whose module checks the loop cap: whether a launch must check (`needed`). `scalars`: the
     indices of the scalar arguments the decision reads (a recorded launch replayed with other values of
-    those decides again: launch/replay.py)."""
+    those decides again: launch/replay.py). `cas`: the bindings whose atomics are compare-exchange loops."""
 
-    def __init__(self, task):
-        self.bounds, self.body = TripBounds(task, wraps=True), task.body
+    def __init__(self, task, cas=frozenset()):
+        self.bounds, self.body = TripBounds(task, wraps=True, cas=cas), task.body
         self.fixed, self.scalars, self.memo = True, (), {}
         try:
             self.bounds.header_runs(self.body, ONES)
         except Unbounded:
-            return                     # always counted
+            return                     # always checked
         try:
             self.fixed = self.bounds.header_runs(self.body, None) >= SAFE_HEADERS
         except NeedsLaunchValues:

@@ -12,7 +12,7 @@ from ..ir import nodes as N
 from ..ir.print_format import formats_of
 from . import lower_coarse
 from .lower_adstack import AdStacks
-from .lower_loop_count import LoopCount, loops_under
+from .lower_loop_cut import check_loop_cut
 from .lower_memory import Memory, plan_layout
 from .lower_ops import LOWER
 from .lower_print import lower_print
@@ -22,7 +22,7 @@ from .spec import (BuiltIn, Capability, Decoration, ExecutionMode, ExecutionMode
                    SelectionControl, StorageClass)
 
 LOCAL_SIZE_SPEC_ID = 1000   # specialisation constant of the workgroup width (adstack capacities use 0..)
-LOOP_COUNT_SPEC_ID = 1001   # the step of the loop-cap count: 1, or 0 where a launch's loops stay far below it
+LOOP_CHECK_SPEC_ID = 1001   # 1: the loop-cap check runs (lower_loop_cut.py); 0: a launch's loops stay far below it
 DEFAULT_FEATURES = {"float64": True, "int64": True, "atomic_float32_add": False}
 GLSL_SET = "GLSL.std.450"
 
@@ -57,6 +57,7 @@ class LoweredTask:
     addressed: frozenset = frozenset()   # bindings that hold an address table (lower_addressed.py)
     shape_binding: int = None   # binding of the shape table (extents past the push budget, lower_memory.py)
     spilled_shapes: tuple = ()  # ("shape", array_index, axis, i32) of its entry, in order
+    cas_atomics: frozenset = frozenset()   # bindings whose atomics are compare-exchange loops (word views)
 
     def threads(self, n):
         """Threads a launch of `n` elements (the task header's count) needs."""
@@ -118,9 +119,7 @@ class _Lowerer:
         self.rest = rest        # lower the `rest` module of a coarsened task
         self.locals = {}       # Alloca -> Function variable
         self.loop_vars = {}    # RangeFor -> i32 Function variable of its index
-        self.loops = []        # innermost last: [merge label, continue label, broken?, its body's block depth]
-        self.open_blocks = []  # [statements, index of the next one] of every block being lowered
-        self.loop_count = None
+        self.loops = []        # innermost last: [merge label, continue label, broken?]
         self.spec_ids = {}     # spec id -> (default, constant id)
         self.cur_label = None
         self.layout = plan_layout(kernel, task, features, homes, bounds_check, coarsen, addressed, vectors)
@@ -223,8 +222,6 @@ class _Lowerer:
         tid = f.emit(Op.OpIAdd, u32, f.emit(Op.OpIMul, u32, group, group_x),
                      f.emit(Op.OpLoad, u32, local))
         self.tid = self.emit(Op.OpBitcast, T.i32, tid)
-        # every loop step of the thread's SIMD vector, counted (lower_loop_count.py, iteration_cap_reached)
-        self.loop_count = LoopCount(self, LOOP_COUNT_SPEC_ID) if lay.loop_check else None
         self.adstacks.declare(tid)
         self.mem.bounds.declare()
         self.block(self.task.header)
@@ -237,7 +234,10 @@ class _Lowerer:
             lower_coarse.emit(self, n)
         else:
             self.if_then_else(self.emit(Op.OpSLessThan, T.u1, self.tid, n), self.task.body, None)
-        self.mem.flag_thread_end(self.adstacks.overflows(), self.iteration_cap_reached())
+        if lay.loop_check:   # whether lavapipe's loop cap cut a loop of this thread's SIMD vector
+            check_loop_cut(self, self.emit(Op.OpINotEqual, T.u1, self.spec_constant(LOOP_CHECK_SPEC_ID, 1),
+                                           self.u32c(0)))
+        self.mem.flag_thread_end(self.adstacks.overflows())
         self.mem.bounds.finish()   # the thread's first out-of-bounds access, if any, to the flag buffer
         if f.in_block:
             f.emit_void(Op.OpReturn)
@@ -250,6 +250,7 @@ class _Lowerer:
             flag_words=lay.flag_words, bounds_word=lay.bounds_word, bounds_sites=lay.bounds_sites,
             bounds_axes=lay.bounds_axes, per_thread=lay.per_thread, rest=self.rest,
             print_binding=lay.print_binding, print_formats=formats_of(self.task), fast_math=self.fast_math,
+            cas_atomics=frozenset(lay.word_view),
             addressed=lay.addressed, shape_binding=lay.shape_binding, spilled_shapes=lay.spilled_shapes)
 
     # ---- statements ----
@@ -257,14 +258,10 @@ class _Lowerer:
         """Lower statements in order; stop once the current SPIR-V block has terminated (after a
         Break/Continue, or an If whose branches all left): the rest is unreachable."""
         self.mem.plan_block(block)   # whole vector elements moved at once (lower_vectors.py)
-        frame = [block.stmts, 0]     # the statements after the one being lowered (a break's rest)
-        self.open_blocks.append(frame)
-        for k, s in enumerate(block.stmts):
+        for s in block.stmts:
             if not self.f.in_block:
-                break
-            frame[1] = k + 1
+                return
             getattr(self, "lower_" + type(s).__name__)(s)
-        self.open_blocks.pop()
 
     def lower_Const(self, s):
         self.vals[s] = self.const(s.dtype, s.value)
@@ -317,10 +314,7 @@ class _Lowerer:
         self.if_then_else(self.value(s.cond), s.then_body, s.else_body)
 
     def if_then_else(self, cond, then_body, else_body):
-        f, count = self.f, self.loop_count
-        loops = (loops_under(then_body.stmts), loops_under(else_body.stmts) if else_body else 0) if count \
-            else (0, 0)
-        before = count.value() if any(loops) else None   # the loop count as the vector enters both branches
+        f = self.f
         then, other, merge = f.new_label(), f.new_label(), f.new_label()
         f.emit_void(Op.OpSelectionMerge, merge, SelectionControl.NONE)
         f.emit_void(Op.OpBranchConditional, cond, then, other if else_body else merge)
@@ -334,8 +328,6 @@ class _Lowerer:
                 f.emit_void(Op.OpBranch, merge)
                 reaches_merge = True
         self.begin(merge)
-        if before is not None and reaches_merge:
-            count.after_if(cond, before, *loops)
         if not reaches_merge:   # both branches left by break/continue: nothing after the If runs
             f.emit_void(Op.OpUnreachable)
 
@@ -348,12 +340,9 @@ class _Lowerer:
         header, body, cont, merge = (f.new_label() for _ in range(4))
         f.emit_void(Op.OpBranch, header)
         self.begin(header)
-        self.count_iteration()
         i = f.emit(Op.OpLoad, i32, var)
         cmp = Op.OpSLessThan if s.step > 0 else Op.OpSGreaterThan
         go = self.emit(cmp, T.u1, i, self.value(s.end))
-        if self.loop_count:   # leaving here, the vector passes over the body masked
-            self.loop_count.leaving_if(self.emit(Op.OpLogicalNot, T.u1, go), loops_under(s.body.stmts))
         f.emit_void(Op.OpLoopMerge, merge, cont, LoopControl.NONE)
         f.emit_void(Op.OpBranchConditional, go, body, merge)
         self.loop_body(body, s, cont, merge)
@@ -369,47 +358,20 @@ class _Lowerer:
         f.emit_void(Op.OpStore, var, following)
         f.emit_void(Op.OpBranch, header)
         self.begin(merge)
-        if self.loop_count:
-            self.loop_count.after_loop()
 
     def lower_While(self, s):
         f = self.f
         header, body, cont, merge = (f.new_label() for _ in range(4))
         f.emit_void(Op.OpBranch, header)
         self.begin(header)
-        self.count_iteration()
         f.emit_void(Op.OpLoopMerge, merge, cont, LoopControl.NONE)
         f.emit_void(Op.OpBranch, body)
         broken = self.loop_body(body, s, cont, merge)
         self.begin(cont)
         f.emit_void(Op.OpBranch, header)
         self.begin(merge)
-        if self.loop_count:
-            self.loop_count.after_loop()
         if not broken and not self.mem.lay.loop_check:
-            f.emit_void(Op.OpUnreachable)   # no Break: the loop never ends (a capped driver ends it: counted)
-
-    def count_iteration(self):
-        """At a loop header: lavapipe's cap counts header executions (a for loop of k iterations costs
-        k + 1: 300 x 300 nested iterations stopped at 65,101 inner ones = 65,535 - 2 x 217). The step is a
-        specialisation constant: 0 for a launch whose loops provably stay far below the cap
-        (spirv/loop_cap.py), and lavapipe's compiler then drops the count and the flag it sets."""
-        if self.loop_count:
-            self.loop_count.header()
-
-    def iteration_cap_reached(self):
-        """Whether the thread's loops reached lavapipe's cap (None when not counted): gallivm silently stops
-        all loops of a thread once they have run 65,535 iterations in total, so such a thread is flagged (one
-        that needed exactly the cap is flagged too). Counting beats checking each loop's exit: the driver's
-        compiler proves the exit condition true after a loop whose only exit is its break, and drops such a
-        check (a `while` ran 65,535 of 100,000 iterations with no error)."""
-        if not self.loop_count:
-            return None
-        # early: lavapipe takes some steps before the count adds them (a masked pass, a branch no lane took)
-        # and may stop there (a break then a loop: 2-4 short at the cap; random nests up to ~450 short)
-        early = max(2 * loops_under(self.task.body.stmts) + 2, LOOP_ITERATION_CAP // 64)
-        return self.emit(Op.OpUGreaterThanEqual, T.u1, self.loop_count.value(),
-                         self.u32c(LOOP_ITERATION_CAP - early))
+            f.emit_void(Op.OpUnreachable)   # no Break: the loop never ends (a capped driver ends it: checked)
 
     def when(self, cond, body):
         """if cond { body() }: `body` emits the branch itself (for IR blocks, see if_then_else)."""
@@ -425,14 +387,12 @@ class _Lowerer:
     def loop_body(self, label, loop, cont, merge):
         """Lower the body of `loop` starting at `label`; returns whether the loop can be left (its exit
         flag or a Break)."""
-        self.loops.append([merge, cont, False, len(self.open_blocks)])
+        self.loops.append([merge, cont, False])
         self.begin(label)
         if loop.exit_flag is not None:
             # the exit flag's test as a plain conditional branch to the merge block, the shape glslang
             # emits: lavapipe (Mesa 22.3) lost divergent breaks taken from selection constructs of a loop.
             done = self.emit(Op.OpLoad, T.u1, self.locals[loop.exit_flag])
-            if self.loop_count:
-                self.loop_count.leaving_if(done, loops_under(loop.body.stmts))
             rest = self.f.new_label()
             self.f.emit_void(Op.OpBranchConditional, done, merge, rest)
             self.loops[-1][2] = True
@@ -447,18 +407,10 @@ class _Lowerer:
 
     def lower_Break(self, s):
         self.loops[-1][2] = True
-        self.count_jump()
         self.f.emit_void(Op.OpBranch, self.loops[-1][0])
 
     def lower_Continue(self, s):
-        self.count_jump()
         self.f.emit_void(Op.OpBranch, self.loops[-1][1])
-
-    def count_jump(self):
-        """A break or continue: the vector passes masked over the rest of the loop's body."""
-        if self.loop_count:
-            rest = self.open_blocks[self.loops[-1][3]:]
-            self.loop_count.jump(sum(loops_under(stmts[k:]) for stmts, k in rest))
 
     def lower_Print(self, s):
         lower_print(self, s)

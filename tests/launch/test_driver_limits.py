@@ -4,7 +4,7 @@ import pytest
 
 import spvad as sp
 from spvad import runtime
-from spvad.spirv.lower import LOOP_COUNT_SPEC_ID
+from spvad.spirv.lower import LOOP_CHECK_SPEC_ID
 
 
 @sp.kernel
@@ -68,15 +68,15 @@ def broken_early(x: sp.Array, n: sp.i32, stop: sp.f32):
 
 @pytest.mark.parametrize("step", [3, -2])
 def test_range_loops_count_exactly_at_the_cap(step):
-    """Stepped range loops at the cap's edge: trips + 1 headers just under where the count flags (cap // 64
-    early: lavapipe takes some steps before the count adds them) run exactly, one more trip is flagged, and
-    so is the cap itself; so is a range whose i32 span overflows."""
+    """Stepped range loops at the cap's edge: trips + 1 loop passes and the check's 2 within the cap run
+    exactly, one more trip is flagged (its loop ended, but the check cannot tell), and so is the cap itself;
+    so is a range whose i32 span overflows."""
     cap = loop_cap()
     if not cap:
         pytest.skip("this driver has no loop-iteration cap")
     kernel, up = stepped(step), step > 0
     x = sp.from_numpy(np.ones(2, np.float32))
-    trips = cap - cap // 64 - 2                  # headers: trips + 1, one under the flag
+    trips = cap - 3                              # passes: trips + 1, then the check's 2
     span = abs(step) * trips
     kernel(x, *((0, span) if up else (span, 0)))
     np.testing.assert_array_equal(x.to_numpy(), 1.0 + trips)
@@ -138,7 +138,7 @@ def func_loop(x: sp.Array, out: sp.Array, inc: sp.f32):
 ])
 def test_while_loops_past_the_cap_raise(run):
     """The driver's compiler proves a `while`'s exit condition after the loop, so checking it there never
-    fires; spvad counts the thread's loop headers instead."""
+    fires; spvad checks whether the vector's loop limit ran out instead (spirv/lower_loop_cut.py)."""
     if not loop_cap():
         pytest.skip("this driver has no loop-iteration cap")
     x, y = sp.from_numpy(np.ones(2, np.float32)), sp.ndarray(sp.f32, 2)
@@ -182,7 +182,7 @@ def test_more_storage_buffers_than_a_stage_binds_is_an_error(rng):
     assert out.to_numpy()[0] > 0
 
 
-# ---- launches far below the cap do not count (spirv/loop_cap.py); the others still do ----
+# ---- launches far below the cap are not checked (spirv/loop_cap.py); the others are ----
 @sp.kernel
 def three_loops(x: sp.Array, n: sp.i32, m: sp.i32, p: sp.i32):
     for i in range(x.shape[0]):
@@ -208,15 +208,15 @@ def triangle(x: sp.Array, n: sp.i32):
 
 
 def counting_choices(kernel):
-    """The loop-count step of every pipeline the kernel's tasks hold (1: counted, 0: not)."""
+    """The loop-cap check of every pipeline the kernel's tasks hold (1: checked, 0: not)."""
     rt = runtime.get()
-    return sorted({dict(key[-1]).get(LOOP_COUNT_SPEC_ID, 1) for dt in rt.tasks.values()
+    return sorted({dict(key[-1]).get(LOOP_CHECK_SPEC_ID, 1) for dt in rt.tasks.values()
                    if dt.ct.kernel_name == kernel.name for key in dt.pipelines})
 
 
 def test_a_replayed_launch_counts_again_when_new_scalars_near_the_cap():
-    """A launch replayed with new scalar values (same arrays: the fast path) decides again whether it counts:
-    far below the cap it runs the module without the count, near it the counted one, which flags a thread
+    """A launch replayed with new scalar values (same arrays: the fast path) decides again whether it checks:
+    far below the cap it runs the module without the check, near it the checked one, which flags a thread
     past it. The loops' headers add up: three loops each far below the cap, a loop in a branch."""
     cap = loop_cap()
     if not cap:
@@ -288,7 +288,7 @@ def test_a_gradients_loops_count_as_a_forward_and_a_reverse_sweep(steps, counted
     np.testing.assert_allclose(w.grad.to_numpy(), dw, rtol=2e-3)
     rt = runtime.get()
     [grad] = [dt for dt in rt.tasks.values() if dt.ct.kernel_name.startswith("damped") and dt.ct.stack_sizes]
-    assert (grad.last_spec or {}).get(LOOP_COUNT_SPEC_ID, 1) == int(counted)   # the launch's loop-count step
+    assert (grad.last_spec or {}).get(LOOP_CHECK_SPEC_ID, 1) == int(counted)   # the launch's loop-count step
     damped.grad(x, w, y, 2 * steps if counted else 40_000)
     with pytest.raises(sp.DeviceError, match="stopped a loop"):
         sp.sync()
@@ -312,7 +312,7 @@ def test_a_loop_bounded_by_the_counter_it_increments_runs_counted():
     np.testing.assert_array_equal(x.to_numpy(), 8 + 2 * 8)
     if loop_cap():
         [task] = [dt for dt in runtime.get().tasks.values() if dt.ct.kernel_name.startswith("self_bounded")]
-        assert task.ct.loop_count.fixed is True
+        assert task.ct.loop_check.fixed is True
 
 
 @pytest.mark.backends
@@ -423,7 +423,8 @@ def break_then_loop(x: sp.Array, n: sp.i32, five: sp.i32, seven: sp.i32):
     (lambda x, n: break_then_loop(x, n, 5, 7), 12_000, 20_000, lambda n: [n, n]),
 ])
 def test_steps_the_driver_takes_for_the_whole_vector_are_counted(run, small, large, want):
-    """Each of these was cut short by lavapipe with no error when a thread counted only its own headers."""
+    """Each of these was cut short by lavapipe with no error when a thread counted only its own headers (the
+    vector takes steps for masked passes and for lanes in turn)."""
     if not loop_cap():
         pytest.skip("this driver has no loop-iteration cap")
     x = sp.from_numpy(np.zeros(2, np.float32))
@@ -431,5 +432,56 @@ def test_steps_the_driver_takes_for_the_whole_vector_are_counted(run, small, lar
     np.testing.assert_array_equal(x.to_numpy(), want(small))
     x = sp.from_numpy(np.zeros(2, np.float32))
     run(x, large)
+    with pytest.raises(sp.DeviceError, match="stopped a loop"):
+        sp.sync()
+
+
+@sp.kernel
+def long_inner_then_break(x: sp.Array, n: sp.i32):
+    for t in range(x.shape[0]):
+        v = x[t]
+        for a in range(n):
+            v += 1.0
+            if v > 10.0:
+                break
+            for b in range(n):
+                v += 2.0
+        x[t] = v
+
+
+def test_a_loop_stopped_inside_another_is_flagged():
+    """lavapipe stops b's loop at the cap and then a's at its next pass; values leaving a stopped loop by a
+    break are stale: a count of the steps kept beside the loops read 2 at the thread's end, and no error."""
+    if not loop_cap():
+        pytest.skip("this driver has no loop-iteration cap")
+    x = sp.from_numpy(np.zeros(2, np.float32))
+    long_inner_then_break(x, 40_000)
+    np.testing.assert_array_equal(x.to_numpy(), [80_002, 80_002])
+    for n in (65_534, 70_000):   # (65,534: no error and 131,069 when checked at the thread's end only)
+        x = sp.from_numpy(np.zeros(2, np.float32))
+        long_inner_then_break(x, n)
+        with pytest.raises(sp.DeviceError, match="stopped a loop"):
+            sp.sync()
+
+
+@sp.kernel
+def running_max(x: sp.Array, y: sp.Array, n: sp.i32):
+    for t in range(x.shape[0]):
+        for i in range(n):
+            sp.atomic_max(y[0], x[t] + sp.f32(i))
+
+
+@pytest.mark.parametrize("threads, exact, flagged", [(1, 30_000, 40_000), (8, 20_000, 30_000)])
+def test_compare_exchange_atomics_count_as_loops(threads, exact, flagged, rng):
+    """A float atomic_max is a compare-exchange loop, one more loop for the driver
+    (two steps an iteration for one thread, three for eight lanes taking turns on one address): lavapipe
+    stopped 1 thread at 32,767 of 40,000 iterations, 8 at 21,844 of 30,000, with no error."""
+    if not loop_cap():
+        pytest.skip("this driver has no loop-iteration cap")
+    x = sp.from_numpy(rng.uniform(0, 0.5, threads).astype(np.float32))
+    y = sp.from_numpy(np.full(1, -1.0, np.float32))
+    running_max(x, y, exact)
+    np.testing.assert_allclose(y.to_numpy(), [x.to_numpy().max() + exact - 1], rtol=1e-6)
+    running_max(x, y, flagged)
     with pytest.raises(sp.DeviceError, match="stopped a loop"):
         sp.sync()
