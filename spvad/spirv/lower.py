@@ -12,7 +12,7 @@ from ..ir import nodes as N
 from ..ir.print_format import formats_of
 from . import lower_coarse
 from .lower_adstack import AdStacks
-from .lower_loop_cut import check_loop_cut
+from .lower_loop_cut import loop_cut
 from .lower_memory import Memory, plan_layout
 from .lower_ops import LOWER
 from .lower_print import lower_print
@@ -234,10 +234,11 @@ class _Lowerer:
             lower_coarse.emit(self, n)
         else:
             self.if_then_else(self.emit(Op.OpSLessThan, T.u1, self.tid, n), self.task.body, None)
+        cut = None
         if lay.loop_check:   # whether lavapipe's loop cap cut a loop of this thread's SIMD vector
-            check_loop_cut(self, self.emit(Op.OpINotEqual, T.u1, self.spec_constant(LOOP_CHECK_SPEC_ID, 1),
+            cut = loop_cut(self, self.emit(Op.OpINotEqual, T.u1, self.spec_constant(LOOP_CHECK_SPEC_ID, 1),
                                            self.u32c(0)))
-        self.mem.flag_thread_end(self.adstacks.overflows())
+        self.mem.flag_thread_end(self.adstacks.overflows(), cut)
         self.mem.bounds.finish()   # the thread's first out-of-bounds access, if any, to the flag buffer
         if f.in_block:
             f.emit_void(Op.OpReturn)

@@ -422,12 +422,14 @@ class Memory:
         L.begin(merge)
         return old
 
-    def flag_thread_end(self, overflows):
+    def flag_thread_end(self, overflows, loop_cut):
         """At the thread's end, one branch taken only on error: sets bit k of flag word 0 and raises depth word
-        k for each overflowed stack (`overflows`: (k, overflowed, depth)). Atomics: threads race here; with
-        several conditions each operand is selected (an OR of 0 and a max with 0 change nothing)."""
+        k for each overflowed stack (`overflows`: (k, overflowed, depth)), and the loop-cut word when
+        `loop_cut` (lavapipe's loop cap cut a loop: lower_loop_cut.py; None: not checked). Atomics: threads
+        race here; with several conditions each operand is selected (an OR of 0 and a max with 0 change
+        nothing)."""
         L, f, u32 = self.L, self.L.f, self.u32
-        conds = [over for _, over, _ in overflows]
+        conds = [over for _, over, _ in overflows] + ([loop_cut] if loop_cut is not None else [])
         if not conds:
             return
         pick = (lambda cond, v: v) if len(conds) == 1 else \
@@ -445,5 +447,8 @@ class Memory:
             for k, over, depth in overflows:
                 f.emit(Op.OpAtomicUMax, u32, word(N.FLAG_WORDS_HEADER + k), self.scope, self.relaxed,
                        pick(over, depth))
+            if loop_cut is not None:
+                f.emit(Op.OpAtomicOr, u32, word(self.lay.loop_cut_word), self.scope, self.relaxed,
+                       pick(loop_cut, L.u32c(1)))
 
         L.when(functools.reduce(lambda a, b: L.emit(Op.OpLogicalOr, T.u1, a, b), conds), flag)
