@@ -25,10 +25,12 @@ def _statements(rng, depth, outer, in_loop):
     """Lines of a random block (4-space indented relative to it)."""
     lines = []
     for _ in range(int(rng.integers(1, 4))):
-        kind = rng.choice(["add", "count", "loop", "loop", "if", "break"] if in_loop else
-                          ["add", "count", "loop", "loop", "if"])
+        kind = rng.choice(["add", "count", "loop", "loop", "if", "max", "break"] if in_loop else
+                          ["add", "count", "loop", "loop", "if", "max"])
         if kind == "add":
             lines.append("v += 1.0")
+        elif kind == "max":   # a float atomic max: a compare-exchange loop, the two threads in turn
+            lines.append("sp.atomic_max(y[0], v)")
         elif kind == "count":
             lines.append(f"c += {int(rng.integers(1, 3))}")
         elif kind == "break":
@@ -51,12 +53,13 @@ def _statements(rng, depth, outer, in_loop):
 def _program(seed):
     rng = np.random.default_rng(seed)
     body = "\n".join(_statements(rng, 0, [], False))
-    counted = "\n".join(FOR.sub(r"\1for \2 in _counted(range(\3)):", ln) for ln in body.splitlines())
+    counted = "\n".join(FOR.sub(r"\1for \2 in _counted(range(\3)):", ln).replace("sp.atomic_max(y[0], v)", "_max(v)")
+                        for ln in body.splitlines())
     return f'''import spvad as sp
 
 
 @sp.kernel
-def nest(x: sp.Array, n: sp.i32, m: sp.i32):
+def nest(x: sp.Array, y: sp.Array, n: sp.i32, m: sp.i32):
     for t in range(x.shape[0]):
         v = 0.0
         c = 0
@@ -64,7 +67,7 @@ def nest(x: sp.Array, n: sp.i32, m: sp.i32):
         x[t] = v
 
 
-def reference(n, m, _counted):
+def reference(n, m, _counted, _max):
     v = 0.0
     c = 0
 {textwrap.indent(counted, " " * 4)}
@@ -82,9 +85,9 @@ def _load(tmp_path, seed):
 
 
 def _python_run(module, n, m, budget):
-    """Python's value and loop headers (k + 1 per loop of k iterations, as lavapipe counts), or None past
-    `budget` headers."""
-    headers = [0]
+    """Python's values of x and y and its loop headers (k + 1 per loop of k iterations, as lavapipe counts; 2
+    per atomic max), or None past `budget` headers."""
+    headers, best = [0], [-1.0]
 
     def counted(r):
         for value in r:
@@ -94,8 +97,12 @@ def _python_run(module, n, m, budget):
             yield value
         headers[0] += 1
 
+    def maximum(v):
+        headers[0] += 2
+        best[0] = max(best[0], v)
+
     try:
-        return module.reference(n, m, counted), headers[0]
+        return (module.reference(n, m, counted, maximum), best[0]), headers[0]
     except _Budget:
         return None, headers[0]
 
@@ -107,19 +114,20 @@ def test_random_loop_nests_give_pythons_value_or_the_loop_cap_error(seed, tmp_pa
         pytest.skip("this driver has no loop-iteration cap")
     module = _load(tmp_path, seed)
     rng = np.random.default_rng(1000 + seed)
-    x = sp.ndarray(sp.f32, (2,))
+    x, y = sp.ndarray(sp.f32, (2,)), sp.ndarray(sp.f32, (1,))
     for _ in range(4):   # launches of one kernel with other scalars: replays decide again
         n, m = (int(rng.choice([rng.integers(0, 20), rng.integers(50, 400), rng.integers(20_000, 70_000)]))
                 for _ in range(2))
         want, headers = _python_run(module, n, m, budget=40 * CAP)
-        module.nest(x, n, m)
+        y.fill(-1.0)
+        module.nest(x, y, n, m)
         try:
-            got = x.to_numpy()
-        except sp.DeviceError as e:   # the vector's count (masked passes too) is above the headers here
+            got = x.to_numpy().tolist(), float(y.to_numpy()[0])
+        except sp.DeviceError as e:   # the vector's steps (masked passes too) are above the headers here
             assert "stopped a loop" in str(e)
             assert cap and headers >= cap // 4, f"n={n} m={m}: flagged at {headers} headers"
             continue
         if want is None:
             pytest.fail(f"n={n} m={m}: over {headers} loop headers ran without the loop-cap error "
-                        f"(got {got[0]})\n{_program(seed)}")
-        assert got.tolist() == [want, want], f"n={n} m={m}: no error, a wrong value\n{_program(seed)}"
+                        f"(got {got})\n{_program(seed)}")
+        assert got == ([want[0]] * 2, want[1]), f"n={n} m={m}: no error, a wrong value\n{_program(seed)}"
