@@ -7,11 +7,10 @@ from ..spirv.lower import LOCAL_SIZE_SPEC_ID
 from ..spirv.lower_adstack import BUFFER
 from .device_task import task_on_device
 from .dispatch import PushPacker, addressed_bindings, dispatch
+from .group_width import group_width
 from .prints import print_buffer
 from .replay import BoundReplay, Record, Replay, relaunch, same_threads
 from .versions import bump_versions, companion
-
-NARROW_GROUP, SMALL_LAUNCH = 64, 256
 
 __all__ = ["launch", "dispatch", "Replay", "BoundReplay", "relaunch", "same_threads", "bump_versions",
            "companion"]
@@ -50,11 +49,11 @@ def launch(ck, arrays, scalars, extra=(), views=None):
             spec = {**(spec or {}), **on_device.measure_depths(arrays, scalars, shapes, n)}
         low, extra_buffers = ct.lowered, []
         local = low.local_size
-        if LOCAL_SIZE_SPEC_ID in low.spec_ids and n is not None and n <= SMALL_LAUNCH:
-            # a narrow group for a small launch (lavapipe runs every lane of a group); one narrow width
-            # only, so a kernel compiles at most two pipelines
-            local = min(local, NARROW_GROUP)
-            spec = {**(spec or {}), LOCAL_SIZE_SPEC_ID: local}
+        if LOCAL_SIZE_SPEC_ID in low.spec_ids and n is not None:
+            # narrower groups where too few would leave lavapipe's workers idle (group_width.py)
+            local = group_width(local, low.threads(n), rt.device.info.get("workers", 1))
+            if local != low.local_size:
+                spec = {**(spec or {}), LOCAL_SIZE_SPEC_ID: local}
         if low.adstacks:   # the stack homes, hence the module variant, depend on the capacities (and driver)
             low = on_device.variant(spec)
             records = None

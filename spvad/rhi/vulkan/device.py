@@ -41,6 +41,14 @@ VK_TIMEOUT = 2
 VK_NOT_READY = 1
 
 
+def cpu_workers():
+    """lavapipe's worker threads: one per CPU, or LP_NUM_THREADS (Mesa's own default and override)."""
+    try:
+        return max(1, int(os.environ.get("LP_NUM_THREADS", "").strip() or os.cpu_count() or 1))
+    except ValueError:
+        return os.cpu_count() or 1
+
+
 def sync_timeout_from_env(default):
     """Seconds a sync waits before raising: SPVAD_SYNC_TIMEOUT (0 or "none": wait as long as it takes)."""
     text = os.environ.get("SPVAD_SYNC_TIMEOUT", "").strip().lower()
@@ -233,6 +241,8 @@ class VulkanDevice(BufferMixin, ProgramMixin, BatchMixin, Device):
             # threads per workgroup for parallel tasks: lavapipe runs a 16M-element kernel ~1.5x faster
             # with 512 than with 128 (benchmarks/peers.py elementwise); GPUs keep a common 128
             "preferred_local_size": 512 if props.deviceType == lib.VK_PHYSICAL_DEVICE_TYPE_CPU else 128,
+            # the threads a CPU driver runs a dispatch's workgroups on (launch/group_width.py)
+            "workers": cpu_workers() if props.deviceType == lib.VK_PHYSICAL_DEVICE_TYPE_CPU else 1,
             "api_version": version_string(props.apiVersion),
             "limits": {
                 "max_workgroup_count": tuple(lim.maxComputeWorkGroupCount),

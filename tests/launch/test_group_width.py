@@ -1,0 +1,39 @@
+"""Workgroup widths on a CPU driver: enough groups for every worker thread (launch/group_width.py)."""
+import numpy as np
+import pytest
+
+import spvad as sp
+from spvad import runtime
+from spvad.launch.group_width import group_width
+from spvad.spirv.lower import LOCAL_SIZE_SPEC_ID
+
+
+@pytest.mark.parametrize("threads, workers, want", [
+    (1 << 20, 2, 512), (3585, 2, 512), (3584, 2, 128), (2304, 2, 128), (897, 2, 128), (896, 2, 64),
+    (300, 2, 64), (1, 2, 64), (2304, 16, 64), (1 << 20, 16, 512), (30_000, 16, 128)])
+def test_the_widest_group_that_gives_every_worker_four(threads, workers, want):
+    assert group_width(512, threads, workers) == want
+
+
+def test_a_module_narrower_than_the_choices_keeps_its_width():
+    assert group_width(64, 10, 2) == 64 and group_width(32, 1 << 20, 2) == 32
+
+
+@sp.kernel
+def scaled(x: sp.Array, y: sp.Array, a: sp.f32):
+    for i in range(x.shape[0]):
+        y[i] = a * x[i] + sp.f32(i)
+
+
+@pytest.mark.parametrize("n", [1, 255, 300, 1023, 2304, 4096, 5000, 70_001])
+def test_every_width_covers_every_element(n, rng):
+    """Launches of one kernel at sizes that take each width (and a group's last, partial one)."""
+    x = rng.uniform(-1, 1, n).astype(np.float32)
+    y = sp.ndarray(sp.f32, n)
+    scaled(sp.from_numpy(x), y, 1.5)
+    np.testing.assert_allclose(y.to_numpy(), 1.5 * x.astype(np.float64) + np.arange(n), rtol=1e-6, atol=1e-6)
+    rt = runtime.get()
+    if rt.device.info.get("workers", 1) > 1 and rt.device.info["features"].get("adaptive_local_size"):
+        widths = {dict(key[-1] or {}).get(LOCAL_SIZE_SPEC_ID) for dt in rt.tasks.values()
+                  if dt.ct.kernel_name == scaled.name for key in dt.pipelines}
+        assert widths <= {None, 128, 64}
