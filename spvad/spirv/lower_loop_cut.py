@@ -5,11 +5,11 @@ gallivm runs a SIMD vector of threads (a subgroup: 8 on lavapipe) through the sh
 ends after the pass it is in, with no error: the rest of the thread runs on, each loop for one pass.
 
 So a thread's end holds a two-pass loop left only at its header: after it, its index is 2, or 1 where the
-vector's limit had run out, and the thread flags that (one that had exactly one step left is flagged too). Exact whatever the vector's
-loops did, where a count of its steps beside them was not: values leaving a stopped loop through a break are
-stale (their copies at the break never ran: a count read 2 after a 65,534-step loop inside another), and
-branches no lane takes and masked passes cost steps too. The check is a specialisation constant: 0 leaves
-it out.
+vector's limit had run out, and the thread flags that (one with exactly one step left is flagged too). Exact
+whatever the vector's loops did, where a count of its steps beside them was not: values leaving a stopped loop
+through a break are stale (their copies at the break never ran: a count read 2 after a 65,534-step loop inside
+another), and branches no lane takes and masked passes cost steps too. The check is a specialisation
+constant: 0 leaves it out.
 """
 from .. import types as T
 from .spec import LoopControl, Op, SelectionControl
