@@ -1,4 +1,6 @@
 """Workgroup widths on a CPU driver: enough groups for every worker thread (launch/group_width.py)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -37,3 +39,10 @@ def test_every_width_covers_every_element(n, rng):
         widths = {dict(key[-1] or {}).get(LOCAL_SIZE_SPEC_ID) for dt in rt.tasks.values()
                   if dt.ct.kernel_name == scaled.name for key in dt.pipelines}
         assert widths <= {None, 128, 64}
+
+
+@pytest.mark.parametrize("env, want", [("3", 3), ("100", 32), ("0", 1), ("many", None)])
+def test_the_worker_count_follows_mesas_setting(env, want, monkeypatch):
+    from spvad.rhi.vulkan.device import cpu_workers
+    monkeypatch.setenv("LP_NUM_THREADS", env)
+    assert cpu_workers() == (want or min(os.cpu_count() or 1, 32))

@@ -42,11 +42,13 @@ VK_NOT_READY = 1
 
 
 def cpu_workers():
-    """lavapipe's worker threads: one per CPU, or LP_NUM_THREADS (Mesa's own default and override)."""
+    """lavapipe's worker threads: one per CPU, or LP_NUM_THREADS, at most 32 (Mesa's default, override and
+    LP_MAX_THREADS)."""
     try:
-        return max(1, int(os.environ.get("LP_NUM_THREADS", "").strip() or os.cpu_count() or 1))
+        n = int(os.environ.get("LP_NUM_THREADS", "").strip() or os.cpu_count() or 1)
     except ValueError:
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    return min(max(n, 1), 32)
 
 
 def sync_timeout_from_env(default):
