@@ -11,9 +11,9 @@ from spvad.spirv.lower import LOCAL_SIZE_SPEC_ID
 
 
 @pytest.mark.parametrize("threads, workers, want", [
-    (1 << 20, 2, 512), (3585, 2, 512), (3584, 2, 128), (2304, 2, 128), (897, 2, 128), (896, 2, 64),
-    (300, 2, 64), (1, 2, 64), (2304, 16, 64), (1 << 20, 16, 512), (30_000, 16, 128)])
-def test_the_widest_group_that_gives_every_worker_four(threads, workers, want):
+    (1 << 20, 2, 512), (4096, 2, 512), (2304, 2, 128), (1024, 2, 512), (930, 2, 512), (300, 2, 64),
+    (256, 2, 64), (1, 2, 64), (2304, 16, 64), (1 << 20, 16, 512), (1 << 20, 32, 512), (5000, 1, 512)])
+def test_the_width_whose_busiest_worker_runs_fewest_lanes(threads, workers, want):
     assert group_width(512, threads, workers) == want
 
 
