@@ -32,11 +32,13 @@ def bounds_error(where, lowered, words):
 
 def loop_cut_error(kernel_name, rt):
     info = rt.device.info
+    lanes = info["limits"].get("subgroup_size") or 8
     return DeviceError(
         f"kernel {kernel_name}: a thread reached the driver's loop cap, so the driver stopped a loop before "
         f"it finished and the results cannot be trusted ({info['name']} runs at most "
-        f"{info['limits'].get('max_loop_iterations')} loop steps per thread, every loop's header of the thread "
-        "counted together); split the loop across launches or threads")
+        f"{info['limits'].get('max_loop_iterations')} loop steps for each group of {lanes} neighbouring threads, "
+        "every pass of every loop counted together, a pass that only some of them need too); split the loop "
+        "across launches or threads, or run it on a GPU or on the interpreter (SPVAD_BACKEND=interp)")
 
 
 def overflow_error(kernel_name, stacks, words, capacity):
