@@ -33,18 +33,6 @@ class Ones:
 ONES = (Ones(), Ones(), 1)   # launch values (scalars, shapes, num_threads) that test boundedness early
 
 
-# Passes a compare-exchange loop (a float atomic with no native instruction) may take: the vector's lanes
-# on one address succeed in turn (8 on lavapipe), and other worker threads' successes add retries.
-CAS_PASSES = 256
-
-
-def driver_loops_in(block, cas=frozenset()):
-    """Every loop the driver runs under `block`: its loops, and its atomics on the bindings `cas` (each a
-    compare-exchange loop)."""
-    return (s for s in N.walk(block) if isinstance(s, (N.RangeFor, N.While)) or (
-        isinstance(s, N.AtomicRMW) and (s.array.index, s.field) in cas))
-
-
 class TripBounds:
     """Trip-count bounds of the loops of `task`; `env` is (scalars, shapes, num_threads) of a launch, or None
     before one (a bound that needs them raises NeedsLaunchValues). `cas`: bindings whose atomics are
@@ -203,18 +191,18 @@ class TripBounds:
     def header_runs(self, block, env):
         """An upper bound on the loop passes one run of `block` takes, as lavapipe's loop cap counts them
         (spirv/loop_cap.py): k + 1 per entry of a loop of at most k trips, plus the loops inside it
-        that its last, masked pass enters once; both branches of an If; CAS_PASSES for a compare-exchange
-        atomic. Unbounded for a while loop."""
+        that its last, masked pass enters once; both branches of an If. Unbounded for a while loop, and for a
+        compare-exchange atomic (a loop whose retries depend on other threads)."""
         total = 0
         for s in block.stmts:
             if isinstance(s, N.While):
                 raise Unbounded()
             if isinstance(s, N.RangeFor):
                 trips = self.max_trips(s, env)
-                masked = sum(1 for _ in driver_loops_in(s.body, self.cas))
+                masked = sum(1 for _ in N.loops_in(s.body))
                 total += trips + 1 + trips * self.header_runs(s.body, env) + masked
             elif isinstance(s, N.AtomicRMW) and (s.array.index, s.field) in self.cas:
-                total += CAS_PASSES
+                raise Unbounded()
             elif s.BLOCK_FIELDS:
                 total += sum(self.header_runs(b, env) for b in s.blocks() if b is not None)
         return total

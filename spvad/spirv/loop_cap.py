@@ -4,9 +4,9 @@ lavapipe silently stops every loop of a SIMD vector of threads once the vector h
 in all, so a module for it ends each thread with a check (lower_loop_cut.py) that flags a vector whose limit
 ran out. The check is a specialisation constant (lower.LOOP_CHECK_SPEC_ID). A launch whose loops provably
 stay far below the cap (trip bounds from its scalars, shapes and thread count: ir/trip_bounds.py, which
-follows the vector's steps: masked passes, both branches, compare-exchange atomics) sets it to 0, and
-lavapipe's compiler drops the check. Loops the bounds cannot follow (while loops, bounds read from arrays)
-are always checked.
+follows the vector's steps: masked passes, both branches) sets it to 0, and lavapipe's compiler drops the
+check. Loops the bounds cannot follow (while loops, bounds read from arrays, float atomics that are
+compare-exchange loops: their retries depend on other threads) are always checked.
 """
 from ..ir.trip_bounds import ONES, NeedsLaunchValues, Ones, TripBounds, Unbounded
 from .lower import LOOP_ITERATION_CAP

@@ -485,3 +485,14 @@ def test_compare_exchange_atomics_count_as_loops(threads, exact, flagged, rng):
     running_max(x, y, flagged)
     with pytest.raises(sp.DeviceError, match="stopped a loop"):
         sp.sync()
+
+
+def test_a_launch_with_compare_exchange_atomics_is_always_checked(rng):
+    """Their retries depend on other threads, so no trip bound covers them: even 10 iterations are checked."""
+    if not loop_cap():
+        pytest.skip("this driver has no loop-iteration cap")
+    x = sp.from_numpy(rng.uniform(0, 0.5, 8).astype(np.float32))
+    y = sp.from_numpy(np.full(1, -1.0, np.float32))
+    running_max(x, y, 10)
+    np.testing.assert_allclose(y.to_numpy(), [x.to_numpy().max() + 9], rtol=1e-6)
+    assert counting_choices(running_max) == [1]
