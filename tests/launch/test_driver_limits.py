@@ -473,9 +473,9 @@ def running_max(x: sp.Array, y: sp.Array, n: sp.i32):
 
 @pytest.mark.parametrize("threads, exact, flagged", [(1, 30_000, 40_000), (8, 20_000, 30_000)])
 def test_compare_exchange_atomics_count_as_loops(threads, exact, flagged, rng):
-    """A float atomic_max is a compare-exchange loop, one more loop for the driver
-    (two steps an iteration for one thread, three for eight lanes taking turns on one address): lavapipe
-    stopped 1 thread at 32,767 of 40,000 iterations, 8 at 21,844 of 30,000, with no error."""
+    """A float atomic_max is a compare-exchange loop, one more loop for the driver (two steps an iteration for
+    one thread, three for eight lanes on one address: a failed compare passes again): lavapipe stopped 1 thread
+    at 32,767 of 40,000 iterations, 8 at 21,844 of 30,000, with no error."""
     if not loop_cap():
         pytest.skip("this driver has no loop-iteration cap")
     x = sp.from_numpy(rng.uniform(0, 0.5, threads).astype(np.float32))

@@ -29,7 +29,7 @@ def _statements(rng, depth, outer, in_loop):
                           ["add", "count", "loop", "loop", "if", "max"])
         if kind == "add":
             lines.append("v += 1.0")
-        elif kind == "max":   # a float atomic max: a compare-exchange loop, the two threads in turn
+        elif kind == "max":   # a float atomic max: a compare-exchange loop, both threads on one address
             lines.append("sp.atomic_max(y[0], v)")
         elif kind == "count":
             lines.append(f"c += {int(rng.integers(1, 3))}")
