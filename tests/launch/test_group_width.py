@@ -1,4 +1,4 @@
-"""Workgroup widths on a CPU driver: enough groups for every worker thread (launch/group_width.py)."""
+"""Workgroup widths on a CPU driver: the one whose busiest worker thread runs fewest lanes (launch/group_width.py)."""
 import os
 
 import numpy as np

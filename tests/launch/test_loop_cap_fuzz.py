@@ -1,5 +1,5 @@
 """Random loop nests against Python's own run of the same code: on a driver with a loop cap, a launch either
-gives Python's value or raises "stopped a loop" (spirv/loop_cap.py leaves the count out only where the bounds
+gives Python's value or raises "stopped a loop" (spirv/loop_cap.py leaves the check out only where the bounds
 prove it unneeded; spirv/lower_loop_cut.py sees where the driver ran out); never a value cut short in silence."""
 import importlib.util
 import re
@@ -10,8 +10,8 @@ import pytest
 
 import spvad as sp
 from spvad import runtime
+from spvad.spirv.lower import LOOP_ITERATION_CAP as CAP
 
-CAP = 65535
 PROGRAMS = 48
 FOR = re.compile(r"^(\s*)for (\w+) in range\((.*)\):$")
 BOUNDS = ("n", "m", "3", "n - m", "n // 2 + 1", "m % 7", "c", "n + {outer}", "{outer}", "{outer} * 3")

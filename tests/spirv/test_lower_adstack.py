@@ -140,8 +140,8 @@ def test_reverse_mode_stacks_have_no_adjoint_array():
 @pytest.mark.parametrize("homes", [("function",) * 2, ("buffer",) * 2])
 def test_pushes_are_branch_free_and_overflow_is_flagged_once_at_the_end(homes):
     """No branch and no atomic in a push: every atomic (the overflow and loop-cap flags) comes after the last
-    loop (the loop-cap check's too), in one selection construct (a branch with atomics in each push cost lavapipe 7 ms of compile time
-    and 40% of the integrator gradient's run time)."""
+    loop (the loop-cap check's too), in one selection construct (a branch with atomics in each push cost
+    lavapipe 7 ms of compile time and 40% of the integrator gradient's run time)."""
     integrate = sp.kernel(common_kernels.integrate)
     x = sp.from_numpy(np.ones(3, np.float32), needs_grad=True)
     args = (x, x, sp.ndarray(sp.f32, (3,), needs_grad=True), 5)
