@@ -7,8 +7,9 @@ import sys
 import threading
 import weakref
 
-from . import rhi, source_stamp
-from .cache_folder import cache_dir
+from . import rhi
+from .cache import source_stamp
+from .cache.folder import cache_dir
 from .errors import ArgumentError
 
 _current = None

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import spvad as sp
-from spvad import cache, runtime, source_stamp
+from spvad import cache, runtime
+from spvad.cache import source_stamp
 
 kernel_module = sys.modules["spvad.kernel"]   # `spvad.kernel` the attribute is the decorator
 

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from spvad import cache_format as F
+from spvad.cache import format as F
 from spvad import types as T
 from spvad.ir import nodes as N
 from spvad.ir.ops import Op

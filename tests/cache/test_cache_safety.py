@@ -18,6 +18,7 @@ import pytest
 
 import spvad as sp
 from spvad import cache
+from spvad.cache import entries as cache_entries
 
 kernel_module = sys.modules["spvad.kernel"]   # `spvad.kernel` the attribute is the decorator
 MAGIC = b"\x03\x02\x23\x07"                   # the first word of a SPIR-V module, little-endian
@@ -100,7 +101,7 @@ def edit_spirv(path, edit, reseal=False):
     assert edited, "no SPIR-V module found in the entry"
     body = json.dumps(doc).encode()
     if reseal:
-        header = cache._header(path.stem, body)[:-1]
+        header = cache_entries._header(path.stem, body)[:-1]
     path.write_bytes(header + b"\n" + body)
 
 
@@ -240,7 +241,7 @@ EDITED_COMPILER_CHILD = '''
 import sys
 import numpy as np
 import spvad as sp
-from spvad import source_stamp
+from spvad.cache import source_stamp
 source_stamp.source_hash.__defaults__ = (0.0,)   # stats decide even right after the copy (no racy window)
 kernel_module = sys.modules["spvad.kernel"]
 compiled = []

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
-from spvad import variable_names as names
+from spvad.cache import variable_names as names
 
 pytestmark = pytest.mark.skipif(not names.SCAN_LOADS, reason="this Python's loads are read through dis only")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(sp.__file__)))

@@ -1,5 +1,5 @@
 """Where the on-disk caches live: $SPVAD_CACHE_DIR, else ~/.cache/spvad (0700). SPVAD_CACHE=0 turns them
-off; SPVAD_CACHE_MAX_MB bounds them. Used by the compile cache (cache.py) and Vulkan's pipeline cache."""
+off; SPVAD_CACHE_MAX_MB bounds them. Used by the compile cache (entries.py) and Vulkan's pipeline cache."""
 import os
 import stat
 

@@ -7,7 +7,7 @@ import threading
 import time
 
 RACY_S = 2.0   # a file written this recently may be written again within its timestamps' granularity
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the spvad package: every source
 
 _hash = None      # spvad's, once known
 _worker = None    # the thread taking it during sp.init, if one was started
