@@ -6,7 +6,7 @@ import weakref
 
 import numpy as np
 
-from . import cache, recording, runtime, tape
+from . import cache, recording, runtime
 from . import types as T
 from .autodiff.validation import violation_check
 from .errors import ArgumentError, AutodiffRuleError, CompileError, SpvadError
@@ -262,7 +262,7 @@ class Kernel:
             tapes = modes.tapes
             recorder = tapes[-1] if tapes else None
             fast = self._replay
-            if fast is not None and (recorder is None or not recorder.validation or not tape.validating()):
+            if fast is not None and (recorder is None or not recorder.validation or not recording.validating()):
                 scalars = fast.new_scalars(self, args)   # the recorded list itself for the very same objects
                 if scalars is not None and (scalars is fast.scalars or fast.threads_fixed or
                                             fast.same_threads(scalars)):
@@ -286,7 +286,7 @@ class Kernel:
                                                   # nothing there)
         scalars = self._fresh_random_key(ck, scalars)   # a Tape's entry keeps it for the gradient
         entry = recorder and recorder.before_launch(self, specs, arrays, captured, scalars, ck)
-        if recorder is not None and tape.validating():
+        if recorder is not None and recording.validating():
             self._checked_launch(specs, arrays, captured, scalars)
         else:
             records = launch(ck, arrays + captured, scalars)
@@ -317,7 +317,7 @@ class Kernel:
         plan = ck.check_plan
         if plan is None:
             return launch(ck, everything, scalars)
-        markers = [tape.read_marker(everything[k]) for k in plan.marked]
+        markers = [recording.read_marker(everything[k]) for k in plan.marked]
         violations = Ndarray(T.i32, (len(plan.sites),))
         launch(ck, everything, scalars, extra=markers + [violations])
         runtime.get().pending_checks.append(violation_check(self.name, plan, violations, markers))

@@ -1,16 +1,17 @@
 """Per-thread recording state: the Tapes recording now (innermost last) and the open FwdMode blocks. Launches
-and host writes report to the innermost Tape; it lives in its own module so that ndarray.py (host writes) and
-kernel.py (launches) need not import tape.py. Each thread has its own: a Tape (or FwdMode block) covers only
-the launches of the thread that opened it."""
+(kernel.py) and host writes (ndarray.py) report to the innermost Tape through it, so neither imports the tape
+package above them. Each thread has its own: a Tape (or FwdMode block) covers only the launches of the thread
+that opened it."""
 import threading
 
+from . import runtime
 from .errors import ArgumentError
 
 
 class _PerThread(threading.local):
     def __init__(self):
         self.tapes, self.fwd = [], []
-        self.plan = None   # tape_plan.Plan of the last Tape that made one
+        self.plan = None   # plan.Plan of the last Tape that made one
 
 
 modes = _PerThread()
@@ -33,3 +34,16 @@ def refuse_nesting(opening, open_one):
     raise ArgumentError(f"{opening} inside an {open_one}: the launches would run in forward mode only and the "
                         "Tape would record none of them (its gradients would stay zero); run the Tape and the "
                         "forward-mode pass one after the other")
+
+
+def validating():
+    """True inside a `Tape(validation=True)` when the runtime runs with debug=True, except in the launches
+    of a @grad_replaced function: their generated gradients never run (the supplied one does), so the
+    data access rule that protects those gradients does not apply to them."""
+    tape = current()
+    return tape is not None and tape.validation and not tape.inside_custom and runtime.get().debug
+
+
+def read_marker(array):
+    """The validating Tape's marker of which elements of `array` were read (zeros when first asked)."""
+    return current().read_marker(array)

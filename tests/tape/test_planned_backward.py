@@ -6,7 +6,7 @@ import pytest
 
 import spvad as sp
 from spvad import runtime
-from spvad.planned_backward import DROPS_KEPT
+from spvad.tape.planned_backward import DROPS_KEPT
 from spvad.launch.device_task import DeviceTask
 from test_tape_plans import central
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
-from spvad.tape_plan import PlannedEntry
+from spvad.tape.plan import PlannedEntry
 
 pytestmark = pytest.mark.backends
 

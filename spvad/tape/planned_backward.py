@@ -1,4 +1,4 @@
-"""A Tape that followed its plan to the end (tape_plan.py) repeats the backward pass of the Tape before it: the
+"""A Tape that followed its plan to the end (tape/plan.py) repeats the backward pass of the Tape before it: the
 same gradient launches, of the same compiled kernels, with the same arrays, .grad companions and scalars.
 After a pass run launch by launch where every launch repeated a replay (launch.replay.BoundReplay), its
 dispatches are recorded once more into a device batch (rhi `record_batch`), after the fills that start the
@@ -10,10 +10,10 @@ launch off the replay path, a freed buffer, a released pipeline) drops the batch
 by launch, as it always could, and records the batch again (a few times per plan at most)."""
 import weakref
 
-from . import runtime
-from .errors import DeviceError
-from .launch.versions import bump_versions
-from .ndarray import bump_set, fills_of
+from .. import runtime
+from ..errors import DeviceError
+from ..launch.versions import bump_versions
+from ..ndarray import bump_set, fills_of
 
 
 DROPS_KEPT = 3

@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from .errors import AutodiffRuleError, SpvadError
-from .ir import rows as row_exprs
+from ..errors import AutodiffRuleError, SpvadError
+from ..ir import rows as row_exprs
 from .kept_slices import Arena, row_regions, rows_nbytes
 
 
@@ -146,7 +146,7 @@ class Checkpoints:
 
     def need(self, array, version, slices=None, scalars=()):
         """A recorded gradient reads `array` as it is at `version` (its version now, or at a launch a Tape
-        followed from its plan, tape_plan.py): the rows `slices` names for the launch's `scalars` ({axis: row
+        followed from its plan, tape/plan.py): the rows `slices` names for the launch's `scalars` ({axis: row
         expressions} of ir/rows.py; None: all). Returns those rows along the array's axis (None: all), for
         buffer_of."""
         watch = self._watch(array, version)

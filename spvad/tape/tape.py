@@ -10,28 +10,16 @@ reused scratch arrays and host writes inside a Tape give the gradients of the pr
 import functools
 import weakref
 
-from . import planned_backward, recording, runtime
-from . import types as T
+from .. import recording, runtime
+from .. import types as T
+from ..errors import ArgumentError, AutodiffRuleError
+from ..frontend.random_numbers import random_key_index
+from ..ndarray import Ndarray, live_with_grad, next_serial, set_on_device
+from . import planned_backward
 from .checkpoints import Checkpoints, StateView
-from .errors import ArgumentError, AutodiffRuleError
-from .frontend.random_numbers import random_key_index
-from .ndarray import Ndarray, live_with_grad, next_serial, set_on_device
-from .tape_plan import Follower, PlanBuilder, PlannedEntry, Step
+from .plan import Follower, PlanBuilder, PlannedEntry, Step
 
 HOST_CALLS = {"fill": "{}.fill(...)", "from_numpy": "{}.from_numpy(...)", "setitem": "{}[...] = value"}
-
-
-def validating():
-    """True inside a `Tape(validation=True)` when the runtime runs with debug=True, except in the launches
-    of a @grad_replaced function: their generated gradients never run (the supplied one does), so the
-    data access rule that protects those gradients does not apply to them."""
-    tape = recording.current()
-    return tape is not None and tape.validation and not tape.inside_custom and runtime.get().debug
-
-
-def read_marker(array):
-    """The validating Tape's marker of which elements of `array` were read (zeros when first asked)."""
-    return recording.current().read_marker(array)
 
 
 class Tape:
@@ -39,7 +27,7 @@ class Tape:
     the block. On exit it zeroes the .grad of every needs-grad ndarray the launches touched (unless
     clear_gradients=False), seeds loss.grad = 1 and runs the recorded gradients in reverse order, each
     seeing the array contents its launch saw."""
-    plans = True   # follows the plan of the thread's last Tape, and leaves its own (tape_plan.py)
+    plans = True   # follows the plan of the thread's last Tape, and leaves its own (tape/plan.py)
 
     def __init__(self, loss=None, validation=False, checkpoint_budget=None, clear_gradients=True):
         if loss is not None:
@@ -61,8 +49,8 @@ class Tape:
         self.markers = {}         # id -> (ndarray, its read marker) for the access checker (validation)
         self.temporary = []       # arrays given a gradient companion for this Tape only
         self.checkpoints = Checkpoints(checkpoint_budget)
-        self.follower = None      # tape_plan.Follower: the plan this Tape follows while its launches match
-        self.builder = None       # tape_plan.PlanBuilder: this Tape's plan, while it can make one
+        self.follower = None      # plan.Follower: the plan this Tape follows while its launches match
+        self.builder = None       # plan.PlanBuilder: this Tape's plan, while it can make one
         self.followed = None      # the Follower of the plan this Tape followed to the end (its backward may
                                   # run as the plan's batch)
 
@@ -161,7 +149,7 @@ class Tape:
 
     def _unfollow(self):
         """Stop following the plan: record the launches matched so far as the full path would have, with the
-        versions they saw (tape_plan.py). Their gradients read their arrays' own buffers, so no copy is due."""
+        versions they saw (tape/plan.py). Their gradients read their arrays' own buffers, so no copy is due."""
         follower, self.follower = self.follower, None
         if follower is None:
             return
@@ -225,7 +213,7 @@ class Tape:
         if array.serial > self.first_serial and id(array) not in self.arrays:
             return   # the initialisation of an array born in the block: it overwrites nothing a launch saw
         call = HOST_CALLS[what].format(self.name_of(array))
-        if validating() and id(array) in self.markers:
+        if recording.validating() and id(array) in self.markers:
             marks = self.markers[id(array)][1].to_numpy().reshape(array.size // max(array.width, 1) or 1, -1)
             if (marks if index is None else marks[index]).any():
                 raise AutodiffRuleError(

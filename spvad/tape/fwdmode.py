@@ -2,9 +2,9 @@
 opened the block."""
 import numpy as np
 
-from . import recording, runtime
-from .errors import ArgumentError, AutodiffRuleError
-from .ndarray import Ndarray
+from .. import recording, runtime
+from ..errors import ArgumentError, AutodiffRuleError
+from ..ndarray import Ndarray
 
 def active():
     """The innermost FwdMode block of this thread, or None."""
