@@ -19,9 +19,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # (label, module, attribute path): the functions timed in the child, each a phase
 PHASES = [("frontend", "spvad.pipeline", "build_kernel"), ("passes", "spvad.pipeline", "run_passes"),
           ("lowering", "spvad.pipeline", "compile_task"), ("cache key", "spvad.cache", "entry_key"),
-          ("package hash", "spvad.cache", "package_hash"), ("cache load", "spvad.cache", "load_compiled"),
+          ("package hash", "spvad.cache.key", "package_hash"), ("cache load", "spvad.cache", "load_compiled"),
           ("globals check", "spvad.kernel", "Kernel._check_globals"),
-          ("pipeline creation", "spvad.rhi.vulkan.program", "ProgramMixin.create_pipeline"),
+          ("pipeline creation", "spvad.rhi.vulkan.pipelines", "PipelineMixin.create_pipeline"),
           ("RHI launch", "spvad.rhi.vulkan.program", "ProgramMixin.launch"),   # (rows of one label add up)
           ("RHI launch", "spvad.rhi.vulkan.program", "ProgramMixin.prepare_launch"),
           ("RHI launch", "spvad.rhi.vulkan.program", "PreparedLaunch.__call__")]

@@ -30,10 +30,10 @@ class Recorder:
     `commands` is a list (patched into the RHI class and limit.compile_glsl)."""
 
     def __init__(self):
-        from spvad.rhi.vulkan import batches, program
+        from spvad.rhi.vulkan import batches, pipelines, program
         self.pipelines, self.commands, self.defines = [], None, {}
         cls, recorder = program.ProgramMixin, self
-        create, launch = cls.create_pipeline, cls.launch
+        create, launch = pipelines.PipelineMixin.create_pipeline, cls.launch
 
         def create_pipeline(dev, spirv, **kw):
             p = create(dev, spirv, **kw)
@@ -45,7 +45,7 @@ class Recorder:
                 if r["pipeline"] is pipeline:
                     r["launches"].append((list(buffers), bytes(push), tuple(groups)))
             return launch(dev, pipeline, buffers, push, groups)
-        cls.create_pipeline, cls.launch = create_pipeline, launch_recorded
+        pipelines.PipelineMixin.create_pipeline, cls.launch = create_pipeline, launch_recorded
         compile_glsl = limit.compile_glsl
 
         def compile_recorded(name, defines=None):

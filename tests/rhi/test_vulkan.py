@@ -508,7 +508,7 @@ def test_no_warm_up_without_mesas_shader_cache(monkeypatch):
 
 
 def test_a_refused_warm_up_leaves_the_device_usable(monkeypatch):
-    from spvad.rhi.vulkan.program import ProgramMixin
+    from spvad.rhi.vulkan.pipelines import PipelineMixin as ProgramMixin
     real = ProgramMixin.create_pipeline
 
     def refuse_the_warm_up(self, spirv, *, name, **kwargs):

@@ -1,6 +1,6 @@
 """Recorded batches: launches recorded once into a secondary command buffer and run again by a single
 vkCmdExecuteCommands, as a hand-written Vulkan program records a fixed sequence once (a Tape's backward pass
-that repeats the previous one's: spvad/planned_backward.py).
+that repeats the previous one's: spvad/tape/planned_backward.py).
 
 A batch holds handles, so it runs only while every descriptor set and pipeline it recorded is still the one
 the device holds: a buffer freed drops its sets, a pipeline released clears its handle, and either makes the
@@ -29,7 +29,8 @@ class Batch:
 
 
 class BatchMixin:
-    """`record_batch` / `run_batch` for VulkanDevice (uses ProgramMixin's sets, barriers and recording state)."""
+    """`record_batch` / `run_batch` for VulkanDevice (uses PipelineMixin's sets, ProgramMixin's barriers and
+    recording state)."""
 
     def record_batch(self, launches, fills=()):
         """A Batch of `fills` (as fill_buffers takes them) then `launches`, each (pipeline, buffers, push

@@ -1,12 +1,12 @@
 """VulkanDevice: instance, device selection, features, buffers, sync and teardown.
 
-Pipelines, descriptor sets, command-buffer recording and `launch` live in program.py (`ProgramMixin`),
-recorded batches of launches in batches.py (`BatchMixin`); every workaround for the `vulkan` package lives in
-vkapi.py. Execution model: launches are recorded into a command buffer; `sync()` submits it and waits on
-fences. The batch is submitted early (without waiting) into a small ring of command buffers when the device
-has finished what it was given (looked at every 16 launches) or after `flush_every` launches, so the device
-works while Python records. Objects released while recorded work may still use them are destroyed after the
-next sync.
+Pipelines and descriptor sets live in pipelines.py (`PipelineMixin`), command-buffer recording and `launch` in
+program.py (`ProgramMixin`), recorded batches of launches in batches.py (`BatchMixin`); every workaround for the
+`vulkan` package lives in vkapi.py. Execution model: launches are recorded into a command buffer; `sync()`
+submits it and waits on fences. The batch is submitted early (without waiting) into a small ring of command
+buffers when the device has finished what it was given (looked at every 16 launches) or after `flush_every`
+launches, so the device works while Python records. Objects released while recorded work may still use them are
+destroyed after the next sync.
 """
 import os
 import time
@@ -19,6 +19,7 @@ from . import pipeline_cache, warm_up
 from .batches import BatchMixin
 from .buffers import BufferMixin, chunk_bytes, free_allocations
 from .loader import install_hint
+from .pipelines import PipelineMixin
 from .program import ProgramMixin
 from .vkapi import (SEV_ERROR, SEV_WARNING, TYPE_GENERAL, TYPE_PERFORMANCE, TYPE_VALIDATION,
                     VK_ERRORS, Collector, call, check, enumerate_names, ffi, lib, make_version,
@@ -77,7 +78,7 @@ def _timeout_message(seconds, frames, device_name):
             "longer")
 
 
-class VulkanDevice(BufferMixin, ProgramMixin, BatchMixin, Device):
+class VulkanDevice(BufferMixin, PipelineMixin, ProgramMixin, BatchMixin, Device):
     """A Vulkan compute device. See base.Device for the contract of each method."""
 
     flush_every = 1024        # launches per command buffer before an early submit
