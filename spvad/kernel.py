@@ -1,20 +1,18 @@
 """`@sp.kernel` and `@sp.func`: argument checking, specialisation per argument types, compile cache, launch."""
 import functools
-import inspect
 import os
 import weakref
 
 import numpy as np
 
-from . import cache, recording, runtime
+from . import arguments, cache, recording, runtime
 from . import types as T
 from .autodiff.validation import violation_check
 from .errors import ArgumentError, AutodiffRuleError, CompileError, SpvadError
-from .frontend import ArraySpec, TemplateSpec, VectorArgSpec
+from .frontend import ArraySpec, TemplateSpec
 from .frontend.random_numbers import launch_key, random_key_index
 from .ir.printer import format_kernel
 from .frontend.source import FunctionSource
-from .lang import Array, Template
 from .launch import BoundReplay, Replay, launch
 from .launch.global_names import binds, captured_now, note_rebound
 from .ndarray import Ndarray
@@ -44,15 +42,6 @@ def func(fn):
     return Func(fn)
 
 
-def _annotation(fn, name, ann):
-    if isinstance(ann, str):
-        try:
-            ann = eval(ann, fn.__globals__)
-        except Exception:
-            raise ArgumentError(f"cannot evaluate the annotation {ann!r} of parameter '{name}'") from None
-    return ann
-
-
 class Kernel:
     """A compiled-on-demand kernel. Call it to launch; `.grad`/`.fwd` launch its derivatives."""
 
@@ -62,13 +51,7 @@ class Kernel:
         self.ad_stack_size = ad_stack_size
         self.fast_math = runtime.checked_fast_math(fast_math, "@sp.kernel")   # None: sp.init's
         functools.update_wrapper(self, fn)
-        sig = inspect.signature(fn)
-        self.params = []
-        for p in sig.parameters.values():
-            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.default is not p.empty:
-                raise ArgumentError(f"kernel {self.name}: parameter '{p.name}' must be positional without default")
-            ann = _annotation(fn, p.name, p.annotation) if p.annotation is not p.empty else None
-            self.params.append((p.name, ann))
+        self.params = arguments.parameters(fn, self.name)
         self._cache = {}           # options key -> compiled variants, one per type of the ndarrays its
         #                            global names refer to (a name re-bound to another type compiles again)
         self._replay = None        # the last launch, repeated as is when called again with the same objects
@@ -79,105 +62,13 @@ class Kernel:
         # a kernel dropped by its program takes its pipelines and per-task buffers with it
         weakref.finalize(self, _release_compiled, self._cache)
 
-    # ---- argument checking and specialisation ----
+    # ---- argument checking and specialisation (arguments.py) ----
     def _positional(self, args, kwargs):
-        """The arguments of a call with keywords, in parameter order; refused as Python would refuse them."""
-        names = [n for n, _ in self.params]
-        rest = names[len(args):]
-        if len(rest) == len(kwargs):   # the usual call: the keywords name exactly the other parameters
-            try:
-                return args + tuple(kwargs[n] for n in rest)
-            except KeyError:
-                pass
-        if len(args) > len(names):
-            raise ArgumentError(f"kernel {self.name} takes {len(names)} arguments ({', '.join(names)}), "
-                                f"got {len(args)} positional")
-        given = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise ArgumentError(f"kernel {self.name} got an unexpected keyword argument '{k}' "
-                                    f"(its parameters: {', '.join(names)})")
-            if k in given:
-                raise ArgumentError(f"kernel {self.name} got multiple values for argument '{k}'")
-            given[k] = v
-        missing = [n for n in names if n not in given]
-        if missing:
-            raise ArgumentError(f"kernel {self.name} is missing argument{'s' * (len(missing) > 1)} "
-                                + ", ".join(f"'{n}'" for n in missing))
-        return tuple(given[n] for n in names)
+        return arguments.positional(self.name, self.params, args, kwargs)
 
     def _bind(self, args):
         """Check arguments before anything reaches the device; returns (spec key, arrays, scalars)."""
-        if len(args) != len(self.params):
-            raise ArgumentError(f"kernel {self.name} takes {len(self.params)} arguments "
-                                f"({', '.join(n for n, _ in self.params)}), got {len(args)}")
-        specs, arrays, scalars = [], [], []
-        rt = runtime.get()
-        for (name, ann), value in zip(self.params, args):
-            if getattr(value, "_spvad_ndarray", False):   # (through sp.template() too: bound as an argument)
-                if ann is not None and ann is not Array and not isinstance(ann, Template):
-                    raise ArgumentError(f"kernel {self.name}: argument '{name}' is annotated {ann!r} "
-                                        f"but got an ndarray")
-                if value._runtime is not rt:
-                    raise ArgumentError(f"kernel {self.name}: argument '{name}' was created before "
-                                        "sp.reset()/sp.init(); create it again")
-                specs.append(ArraySpec(value.dtype, value.ndim, value.grad is not None, value.dual is not None))
-                arrays.append(value)
-                continue
-            if isinstance(ann, Template):   # a compile-time value: the kernel is specialised per value
-                specs.append(TemplateSpec(value))
-                continue
-            if ann is Array:
-                raise ArgumentError(f"kernel {self.name}: argument '{name}' must be an sp.ndarray, got "
-                                    f"{type(value).__name__}" + (" (use sp.from_numpy)" if hasattr(
-                                        value, "__array__") else ""))
-            if isinstance(ann, T.TENSOR_TYPES):   # a vector / matrix by value: one push constant per component
-                specs.append(VectorArgSpec(ann))
-                scalars.extend(self._vector_components(name, ann, value))
-                continue
-            dtype = self._scalar_dtype(name, ann, value)
-            specs.append(dtype)
-            scalars.append(value)
-        return specs, arrays, scalars
-
-    def _vector_components(self, name, vtype, value):
-        """The components of a vector (matrix) argument annotated `vtype`: a sequence or numpy array of n
-        numbers (of shape (n, m)), row-major."""
-        comps = T.numeric_components(value, vtype.shape)
-        if comps is None:
-            want = f"{vtype.n} numbers" if isinstance(vtype, T.Vector) else f"numbers of shape {vtype.shape}"
-            raise ArgumentError(f"kernel {self.name}: argument '{name}' is annotated {vtype} but got "
-                                f"{type(value).__name__} {value!r} (expected {want})")
-        for c in comps:
-            if vtype.dtype.is_int and isinstance(c, float):
-                raise ArgumentError(f"kernel {self.name}: argument '{name}' is {vtype} but got float components")
-            if not T.fits(c, vtype.dtype):
-                raise ArgumentError(f"kernel {self.name}: argument '{name}': component {c!r} does not fit in "
-                                    f"{vtype.dtype}")
-        return comps
-
-    def _scalar_dtype(self, name, ann, value):
-        if hasattr(value, "__array__") and not isinstance(value, (int, float, bool)) and getattr(
-                value, "ndim", 1) != 0:
-            raise ArgumentError(f"kernel {self.name}: argument '{name}' must be an sp.ndarray or a scalar, got "
-                                f"{type(value).__name__} (use sp.from_numpy, or annotate a vector argument with "
-                                "its type, e.g. sp.vec3)")
-        dtype = {float: T.f32, int: T.i32, bool: T.u1}.get(ann, ann)
-        if dtype is None:
-            dtype = T.python_scalar_dtype(value)
-        if not isinstance(dtype, T.DType):
-            raise ArgumentError(f"kernel {self.name}: argument '{name}' has unsupported type "
-                                f"{type(value).__name__}")
-        vt = T.python_scalar_dtype(value)
-        if vt is None:   # (a 0-d array is a mutable container, not a value: its item is)
-            zero_d = " 0-d array (pass a[()] or float(a))" if isinstance(value, np.ndarray) else ""
-            raise ArgumentError(f"kernel {self.name}: argument '{name}' must be a number, got "
-                                f"{type(value).__name__}{zero_d}")
-        if dtype.is_int and vt.is_float:
-            raise ArgumentError(f"kernel {self.name}: argument '{name}' is {dtype} but got float {value!r}")
-        if not T.fits(value, dtype):
-            raise ArgumentError(f"kernel {self.name}: argument '{name}' = {value!r} does not fit in {dtype}")
-        return dtype
+        return arguments.bind(self.name, self.params, args)
 
     def _compiled(self, specs, mode=PRIMAL, features=None, captured=None):
         """The compiled specialisation for `specs` and `mode` (pipeline.Mode); `features` = a features

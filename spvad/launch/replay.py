@@ -5,6 +5,7 @@ import numpy as np
 
 from .. import runtime
 from .. import types as T
+from ..arguments import scalar_dtype
 from ..frontend import TemplateSpec, VectorArgSpec
 from ..frontend.random_numbers import random_key_index
 from ..spirv.lower import LOOP_CHECK_SPEC_ID
@@ -48,7 +49,7 @@ class Replay:
         n = len(self.positions)   # what a launch writes, by argument position / captured object
         self.written_args = [(self.positions[ai], f) for ai, f in ck.facts.writes if ai < n]
         self.written_captured = [(ai - n, f) for ai, f in ck.facts.writes if ai >= n]
-        self.tape_recipes = {}   # .grad present per array argument -> what a Tape does at each launch (tape.py)
+        self.tape_recipes = {}   # .grad present per array argument -> what a Tape does at each launch (tape/tape.py)
 
     def new_scalars(self, kernel, args):
         """Same ndarrays, other scalar values of the same dtypes (e.g. a time-step index): the checked
@@ -99,12 +100,12 @@ class Replay:
 
 
 def _admits(kernel, k, spec, a):
-    """Whether scalar argument `a` at position `k` is of dtype `spec` (what Kernel._bind would find), beyond the
+    """Whether scalar argument `a` at position `k` is of dtype `spec` (what arguments.bind would find), beyond the
     plain in-range ints and floats Replay.new_scalars admits itself."""
     if type(a) in _PLAIN and _PLAIN[type(a)](spec) and T.fits(a, spec):
         return True
     name, ann = kernel.params[k]
-    return isinstance(a, (int, float, bool, np.generic)) and kernel._scalar_dtype(name, ann, a) == spec
+    return isinstance(a, (int, float, bool, np.generic)) and scalar_dtype(kernel.name, name, ann, a) == spec
 
 
 class BoundReplay:
