@@ -8,12 +8,15 @@ import numpy as np
 from . import recording, runtime
 from . import types as T
 from .errors import ArgumentError, DeviceError
-from .host_scalars import HostScalars
+from .rhi.host_scalars import HostScalars
 
 
 MAX_ELEMENTS = 2**31 - 1
 _serials = itertools.count(1)   # creation order: a Tape tells the arrays born inside its block
 _with_grad = weakref.WeakSet()  # live ndarrays created with needs_grad (sp.clear_all_gradients)
+# How an ndarray crosses to torch, JAX and DLPack: filled by spvad/interop (above this module, so it registers
+# its functions here instead of being imported): to_torch, to_jax, dlpack, dlpack_device.
+EXPORTS = {}
 
 
 def _normalize_shape(shape):
@@ -268,25 +271,21 @@ class Ndarray:
             self._host_write("setitem", i)
             self._host().write(i * width, np.broadcast_to(np.asarray(value, self._np_dtype), (width,)))
 
-    # ---- other frameworks (spvad/interop, docs/interop.md) ----
+    # ---- other frameworks (spvad/interop registers them in EXPORTS; docs/interop.md) ----
     def to_torch(self):
         """A CPU torch.Tensor holding a copy of the values (storage shape), after pending launches."""
-        from .interop import torch_bridge
-        return torch_bridge.to_torch(self)
+        return EXPORTS["to_torch"](self)
 
     def to_jax(self):
         """A jax.Array holding a copy of the values (storage shape), after pending launches."""
-        from .interop import jax_bridge
-        return jax_bridge.to_jax(self)
+        return EXPORTS["to_jax"](self)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """DLPack export without a copy: a view of the array's memory (see docs/interop.md on aliasing)."""
-        from .interop import dlpack
-        return dlpack.export(self, stream, max_version, dl_device, copy)
+        return EXPORTS["dlpack"](self, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self):
-        from .interop import dlpack
-        return dlpack.device(self)
+        return EXPORTS["dlpack_device"](self)
 
 
 def set_on_device(values):
@@ -305,7 +304,7 @@ def fills_of(values):
 
 
 def bump_set(values):
-    """The versions set_on_device(values) bumps (a Tape's batch records its fills once: planned_backward.py)."""
+    """The versions set_on_device(values) bumps (a Tape's batch records its fills once: tape/planned_backward.py)."""
     for array, _ in values:
         array.version += 1
 

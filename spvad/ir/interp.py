@@ -11,7 +11,7 @@ from ..errors import SpvadError, ThreadCountError
 from ..types import INT_RANGE
 from . import nodes as N
 from .ops import Op
-from .print_format import append_record, value_bits
+from .print_format import append_record, id_of, value_bits
 
 
 class InterpError(SpvadError):
@@ -463,7 +463,7 @@ class _TaskRun:
     def print(self, s, values):
         """Append the record of Print `s` to the print buffer (ir/print_format.py); no buffer: nothing."""
         if self.prints is not None:
-            words = [s.format_id]
+            words = [id_of(s)]
             for v, dt in zip(values, (v.dtype for v in s.values)):
                 words += value_bits(v, dt)
             append_record(self.prints, words)

@@ -292,18 +292,13 @@ class AtomicRMW(Stmt):
 # ---- output -------------------------------------------------------------------------------------------
 @dataclass(eq=False)
 class Print(Stmt):
-    """`print(...)` in a kernel: a record of the format `pieces` (ir/print_format.py) and the scalar `values`
-    its slots take, appended to the launch's print buffer; the host prints its text at the next sync.
-    Derivative kernels leave it out (a gradient launch prints nothing)."""
+    """`print(...)` in a kernel: a record of the format `pieces` (ir/print_format.py, which gives its id) and
+    the scalar `values` its slots take, appended to the launch's print buffer; the host prints its text at the
+    next sync. Derivative kernels leave it out (a gradient launch prints nothing)."""
     pieces: tuple
     values: tuple
     VALUE_FIELDS = ("values",)
     HAS_SIDE_EFFECTS = True   # writes the print buffer
-
-    @property
-    def format_id(self):
-        from .print_format import format_id
-        return format_id(self.pieces, [v.dtype for v in self.values])
 
 
 # ---- control flow -------------------------------------------------------------------------------------

@@ -34,6 +34,11 @@ def format_id(pieces, dtypes):
     return _format_id(pieces, tuple(dt.name for dt in dtypes))
 
 
+def id_of(stmt):
+    """The format id of a Print statement."""
+    return format_id(stmt.pieces, [v.dtype for v in stmt.values])
+
+
 @functools.lru_cache(maxsize=1024)
 def _format_id(pieces, dtype_names):
     text = repr((pieces, dtype_names)).encode()
@@ -55,7 +60,7 @@ def formats_of(task):
     seen = {}
     for s in N.walk(task.body):
         if isinstance(s, N.Print):
-            seen.setdefault(s.format_id, (s.format_id, s.pieces, tuple(v.dtype for v in s.values)))
+            seen.setdefault(id_of(s), (id_of(s), s.pieces, tuple(v.dtype for v in s.values)))
     return tuple(seen.values())
 
 

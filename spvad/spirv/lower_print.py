@@ -10,14 +10,14 @@ debug-printf extension, so it runs on any Vulkan driver and through SPIRV-Cross 
 Layout and the id: ir/print_format.py. Within a thread, records follow program order (one cursor).
 """
 from .. import types as T
-from ..ir.print_format import CAPACITY, CURSOR, DROPPED, HEADER_WORDS, record_words
+from ..ir.print_format import CAPACITY, CURSOR, DROPPED, HEADER_WORDS, id_of, record_words
 from .spec import Op, SelectionControl, StorageClass
 
 
 def lower_print(L, s):
     """Emit the record of Print `s` (L: the _Lowerer; the buffer variable is L.mem.prints)."""
     f, mem, u32 = L.f, L.mem, L.mem.u32
-    words = [L.u32c(s.format_id)]
+    words = [L.u32c(id_of(s))]
     for v in s.values:
         words += _value_words(L, L.value(v), v.dtype)
     size = L.u32c(record_words([v.dtype for v in s.values]))
