@@ -1,3 +1,9 @@
+"""The devices spvad runs on, behind one small interface (base.py: buffers, copies, pipelines, launches, sync):
+Vulkan (vulkan/), Metal (metal/, SPIR-V translated by SPIRV-Cross) and the IR interpreter (interp/), each
+imported only when opened. host_scalars.py reads and writes a buffer's mapped pieces as one flat array.
+
+May import: spirv (Metal's translation, tools), ir (the interpreter), types, errors. Never the frontend,
+autodiff, the launch side or anything above; rhi.vulkan and rhi.metal never import each other."""
 import importlib
 
 from ..errors import DeviceError
