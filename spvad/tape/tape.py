@@ -41,6 +41,11 @@ class Tape:
             raise ArgumentError(f"Tape(checkpoint_budget=...) must be a number of bytes >= 0, got "
                                 f"{checkpoint_budget!r}")
         self.loss, self.validation, self.clear_gradients = loss, validation, clear_gradients
+        self.checkpoint_budget, self.recording = checkpoint_budget, False
+        self._new_recording()
+
+    def _new_recording(self):
+        """What one `with` block records and keeps: every entry of the Tape object starts a new recording."""
         self.first_serial = float("inf")   # ndarrays created after entering (Ndarray.serial) are born in the block
         self.entries = []         # LaunchEntry / HostWriteEntry / CustomEntry, in program order
         self.inside_custom = 0
@@ -48,7 +53,7 @@ class Tape:
         self.names = {}           # id -> how messages name an ndarray ("'x' (kernel step)")
         self.markers = {}         # id -> (ndarray, its read marker) for the access checker (validation)
         self.temporary = []       # arrays given a gradient companion for this Tape only
-        self.checkpoints = Checkpoints(checkpoint_budget)
+        self.checkpoints = Checkpoints(self.checkpoint_budget)
         self.follower = None      # plan.Follower: the plan this Tape follows while its launches match
         self.builder = None       # plan.PlanBuilder: this Tape's plan, while it can make one
         self.followed = None      # the Follower of the plan this Tape followed to the end (its backward may
@@ -228,6 +233,10 @@ class Tape:
     def __enter__(self):
         if recording.modes.fwd:
             recording.refuse_nesting("sp.Tape", "sp.FwdMode")
+        if self.recording:
+            raise ArgumentError("this sp.Tape is recording already: a Tape object is entered again only after its "
+                                "`with` block ended (nest a new sp.Tape instead)")
+        self._new_recording()
         if self.loss is not None:   # Taichi's rule: `loss[None] += ...` starts from 0 in every Tape
             with runtime.LOCK:
                 self.loss.zero_on_device(host_write=True)   # (an outer Tape sees a host write)
@@ -236,10 +245,12 @@ class Tape:
             self.follower = Follower.of(recording.modes.plan, runtime.get())
             self.builder = PlanBuilder()
         recording.stack().append(self)
+        self.recording = True
         return self
 
     def __exit__(self, exc_type, exc, tb):
         recording.stack().remove(self)
+        self.recording = False
         if exc_type is not None:
             self._release()
             return False
