@@ -87,9 +87,13 @@ def store(key, body):
         if os.path.lexists(path) and not _ours(os.lstat(path)):
             return   # another user's entry: left alone
         fd, tmp = _new_file(d)
-        with os.fdopen(fd, "wb") as f:
-            f.write(_header(key, body) + body)
-        os.replace(tmp, path)   # atomic: concurrent processes never see half a file
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(_header(key, body) + body)
+            os.replace(tmp, path)   # atomic: concurrent processes never see half a file
+        except BaseException:
+            _remove(tmp)   # a full disk (ENOSPC, EIO) fails every store: leave no temporary file behind
+            raise
     except OSError:
         return   # the cache is an optimisation; never fail a launch because of it
     # the folder is scanned once per process, then this process's writes are added up (a scan per store

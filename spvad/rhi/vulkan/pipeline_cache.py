@@ -45,9 +45,27 @@ def save(device, cache, props, folder):
         if lib.vkGetPipelineCacheData(device, cache, size, buf) < 0:
             return
         os.makedirs(folder, mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(ffi.buffer(buf, size[0]))
-        os.replace(tmp, path)   # atomic: concurrent processes never read half a file
+        _write_through_new_file(path, ffi.buffer(buf, size[0]))
     except OSError:
         pass   # a cache: never fail a close because of it
+
+
+def _write_through_new_file(path, data):
+    """Write `path` by renaming a new temporary file beside it into place (atomic: concurrent processes never
+    read half a file). The temporary file has a random name and is created 0600 with O_EXCL|O_NOFOLLOW, so a
+    file or link planted in the folder is never written through; it is removed when the write or rename fails
+    (a full disk). spvad/cache/entries.py's _new_file does the same for the compile cache; rhi may not import
+    the cache (a layer above), hence these few lines here."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    tmp = f"{path}.{os.urandom(12).hex()}.tmp"   # *.tmp: the cache's eviction deletes those of dead writers
+    fd = os.open(tmp, flags, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
