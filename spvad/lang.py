@@ -34,24 +34,26 @@ def _rsqrt(x):
     return 1.0 / np.sqrt(x)
 
 
-def _round(x):
-    """Round half away from zero, as kernels do (np.round rounds half to even)."""
-    t = np.trunc(x)
-    return np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t)[()]
+def _power(x, y):
+    """C99 pow, as kernels compute it: numpy's power ufunc on arrays (on scalars, and for a scalar exponent
+    0.5, numpy takes sqrt: -0.0 at -0.0, NaN at -inf)."""
+    x, y = np.asarray(x), np.asarray(y)
+    shape = np.broadcast_shapes(x.shape, y.shape)
+    return np.power(np.broadcast_to(x, shape).reshape(-1), np.broadcast_to(y, shape).reshape(-1)).reshape(shape)[()]
 
 
 _NUMPY_UNARY = {"sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
                 "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "exp": np.exp,
                 "log": np.log, "log2": np.log2, "exp2": np.exp2, "log10": np.log10, "expm1": np.expm1,
                 "log1p": np.log1p, "sqrt": np.sqrt, "rsqrt": _rsqrt, "floor": np.floor,
-                "ceil": np.ceil, "round": _round, "abs": np.abs, "sign": np.sign}
+                "ceil": np.ceil, "round": np.rint, "abs": np.abs, "sign": np.sign}
 for _name, _fn in _NUMPY_UNARY.items():
     globals()[_name] = _builtin(_name, lambda x, _f=_fn: _f(x))
 
 atan2 = _builtin("atan2", lambda y, x: np.arctan2(y, x))
 hypot = _builtin("hypot", lambda x, y: np.hypot(x, y))
 fmod = _builtin("fmod", lambda x, y: np.fmod(x, y))   # C fmod: the sign of x (Python's % takes y's)
-pow = _builtin("pow", lambda x, y: np.power(x, y))
+pow = _builtin("pow", _power)
 min = _builtin("min", lambda *xs: np.minimum.reduce(xs))
 max = _builtin("max", lambda *xs: np.maximum.reduce(xs))
 clamp = _builtin("clamp", lambda x, lo, hi: np.clip(x, lo, hi))

@@ -47,9 +47,19 @@ def _atan2(e, args, out):
 
 def _pow(e, args, out):
     a, b = args
-    # d/da a^b = b a^(b-1) (no division by a, so a -> 0 stays finite); d/db a^b = a^b log a (a > 0)
+    # As JAX: d/da a^b = b a^(b-1) (no division by a: +inf for b < 1 at a = 0, NaN for b = 0 there);
+    # d/db a^b = a^b log a, with log(0) taken as 0 at a = 0 (d/db 0^b = 0), NaN for a < 0
     da = _mul(e, b, e.compute(Op.POW, a, _sub(e, b, _c(e, 1.0, b))))
-    return da, _mul(e, out, e.compute(Op.LOG, a))
+    log_a = e.compute(Op.LOG, e.compute(Op.SELECT, e.compute(Op.EQ, a, _c(e, 0.0, a)), _c(e, 1.0, a), a))
+    return da, _mul(e, out, log_a)
+
+
+def _extremum(e, args, out):
+    # As JAX's max/min: the operand equal to the result gets 1, each gets 1/2 when they tie
+    a, b = args
+    wins = [e.compute(Op.EQ, v, out) for v in (a, b)]
+    return (e.compute(Op.SELECT, wins[0], _bool_to(e, wins[1], out, 0.5, 1.0), _c(e, 0.0, out)),
+            e.compute(Op.SELECT, wins[1], _bool_to(e, wins[0], out, 0.5, 1.0), _c(e, 0.0, out)))
 
 
 def _powi(e, args, out):
@@ -109,11 +119,8 @@ PARTIALS = {
     Op.ATAN2: _atan2,
     Op.HYPOT: lambda e, a, out: (_div(e, a[0], out), _div(e, a[1], out)),
     Op.FMOD: _fmod,
-    # ties send the whole gradient to the first operand, like numpy's minimum/maximum subgradient choice
-    Op.MIN: lambda e, a, out: (_bool_to(e, e.compute(Op.LE, a[0], a[1]), out),
-                               _bool_to(e, e.compute(Op.LE, a[0], a[1]), out, 0.0, 1.0)),
-    Op.MAX: lambda e, a, out: (_bool_to(e, e.compute(Op.GE, a[0], a[1]), out),
-                               _bool_to(e, e.compute(Op.GE, a[0], a[1]), out, 0.0, 1.0)),
+    Op.MIN: _extremum,
+    Op.MAX: _extremum,
     Op.SELECT: lambda e, a, out: (None, _bool_to(e, a[0], out), _bool_to(e, a[0], out, 0.0, 1.0)),
 }
 

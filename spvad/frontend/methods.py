@@ -49,8 +49,8 @@ METHODS = {
     "transpose": builtin(matrices.transpose), "determinant": builtin(matrices.determinant),
     "inverse": builtin(matrices.inverse), "trace": builtin(matrices.trace), "cast": builtin(scalar_calls.cast),
     "norm_sqr": no_arguments(lambda b, v: vectors.dot(b, [v, v])), "sum": no_arguments(lambda b, v: b.sum_of(v.comps)),
-    "max": no_arguments(lambda b, v: b.minmax(Op.MAX, *v.comps)),
-    "min": no_arguments(lambda b, v: b.minmax(Op.MIN, *v.comps)),
+    "max": no_arguments(lambda b, v: b.extremum(Op.MAX, *v.comps)),   # ties share the derivative equally
+    "min": no_arguments(lambda b, v: b.extremum(Op.MIN, *v.comps)),
 }
 for _name, _method in METHODS.items():
     _method.name = _name

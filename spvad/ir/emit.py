@@ -136,7 +136,7 @@ class Emitter:
     def power(self, a, b):
         """`a ** b` as Python computes it, also for a < 0: a small constant integer b is exact repeated
         multiplication, any other integer b (a runtime int, a larger constant) Op.POWI (exponentiation by
-        squaring), a float b GLSL pow (a > 0 only)."""
+        squaring), a float b Op.POW (C99 pow: also a < 0 with an integer-valued b, a = 0, infinities)."""
         if isinstance(b, float) and b.is_integer() and abs(b) < 2**31:
             b = int(b)
             a = self.to_float(a)
@@ -203,6 +203,36 @@ class Emitter:
         for v in vals[1:]:
             a, b = self.unify(acc, v)
             acc = self.compute(op, a, b)
+        return acc
+
+    def extremum(self, op, *vals):
+        """The max (min) of several values, `v.max()`: the value of `minmax`, its derivative split equally among
+        the values equal to it, as JAX's reduce_max (pairs alone give three ties 1/2, 1/4, 1/4). With m that
+        value, w = 1 / (number of ties): m - sum((m - v) w) over the ties where m is finite ((m - v) w = +0, so
+        the value stays m, -0.0 too), sum(v w) where it is infinite (m - v is NaN there); w stays finite when
+        nothing ties (a NaN), as the untaken side's derivative times zero must."""
+        m = self.minmax(op, *vals)
+        if len(vals) < 3 or not m.dtype.is_float:
+            return m
+        vals = [self.cast(self.typed(v, like=m), m.dtype) for v in vals]
+        dt = m.dtype
+        frozen = self.compute(Op.STOP_GRADIENT, m)
+        zero, one = self.const(0.0, dt), self.const(1.0, dt)
+        ties = [self.compute(Op.EQ, v, frozen) for v in vals]
+        count = self._sum([self.compute(Op.SELECT, t, one, zero) for t in ties])
+        w = self.compute(Op.DIV, one, self.compute(Op.MAX, count, one))
+        finite = self.compute(Op.SUB, frozen, self._sum(
+            [self.compute(Op.SELECT, t, self.compute(Op.MUL, self.compute(Op.SUB, frozen, v), w), zero)
+             for t, v in zip(ties, vals)]))
+        infinite = self._sum([self.compute(Op.SELECT, t, self.compute(Op.MUL, v, w), zero) for t, v in zip(ties, vals)])
+        is_finite = self.compute(Op.LT, self.compute(Op.ABS, frozen), self.const(float("inf"), dt))
+        split = self.compute(Op.SELECT, is_finite, finite, infinite)
+        return self.compute(Op.SELECT, self.compute(Op.GT, count, one), split, m)
+
+    def _sum(self, values):
+        acc = values[0]
+        for v in values[1:]:
+            acc = self.compute(Op.ADD, acc, v)
         return acc
 
     def select(self, cond, a, b):

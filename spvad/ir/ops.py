@@ -1,6 +1,6 @@
 """The one table of IR operations: each op's arity and how its result type follows from its operands.
 
-Evaluation (ir/interp.py), derivatives (autodiff/rules.py: PARTIALS and the non-differentiable marks, or
+Evaluation (ir/scalar_ops.py), derivatives (autodiff/rules.py: PARTIALS and the non-differentiable marks, or
 ATOMIC_RULES) and SPIR-V lowering (spirv/lower_ops.py: LOWER, or ATOMIC_LOWER) are each one more table
 keyed by `Op`; tests/ir/test_op_tables.py checks that every table covers exactly the ops it must.
 """
@@ -48,7 +48,7 @@ class Op(enum.Enum):
     DIV = "div"           # true division on floats; truncating on ints is never produced
     FLOORDIV = "floordiv"  # Python semantics (floor), ints and floats
     MOD = "mod"           # Python semantics (sign of divisor), ints and floats
-    POW = "pow"           # floats, GLSL pow (base > 0)
+    POW = "pow"           # floats, C99 pow (numpy's power): defined for every operand, x < 0 with integer y too
     # (base: float or int, exponent: i32 or u32) -> base dtype, Python's `x ** n`, exact for negative x:
     # exponentiation by squaring (ints wrap as 32-bit multiplication does). n < 0 gives 1 / x**|n| for
     # floats; for ints the truncation of the true value: 1 for x = 1, (-1)**n for x = -1, else 0 (also for

@@ -1,7 +1,7 @@
 """simplify: constant folding, exact algebraic identities, CSE, static-if folding, store-to-load forwarding
 and dead-code elimination.
 
-Folding evaluates with interp.EVAL so it can never disagree with the oracle. Values are only replaced by
+Folding evaluates with scalar_ops.EVAL so it can never disagree with the oracle. Values are only replaced by
 values that dominate them (defined earlier in the same or an enclosing block of the same task part).
 """
 from . import nodes as N

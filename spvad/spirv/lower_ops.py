@@ -2,9 +2,9 @@
 (tests/ir/test_op_tables.py checks that together they cover every op).
 
 A row is `row(L, s, args) -> result id`, where `L` is the lowerer (spirv/lower.py), `s` the Compute
-statement and `args` its operand ids. Semantics follow ir/interp.py (Python's floor division and modulo,
-round half away from zero, shifts by the low 5 bits, `!=` true on NaN, saturating float -> integer casts),
-built from instructions Vulkan defines for every operand: never OpSRem/OpSMod (undefined for negative
+statement and `args` its operand ids. Semantics follow ir/scalar_ops.py (Python's floor division and modulo,
+round half to even, C99 pow and atan2, shifts by the low 5 bits, `!=` true on NaN, saturating float -> integer
+casts), built from instructions Vulkan defines for every operand: never OpSRem/OpSMod (undefined for negative
 operands), never a division by zero, never an out-of-range OpConvertFToS/U.
 """
 import math
@@ -57,14 +57,76 @@ def _u_sign(L, s, a):
                   L.const(s.dtype, 1), L.const(s.dtype, 0))
 
 
-def _round(L, s, a):
-    # Half away from zero, as the interpreter: t = trunc(x); |x - t| >= 0.5 ? t + sign(x) : t.
-    # (GLSL Round leaves the direction of .5 to the implementation.)
-    dt, x = s.dtype, a[0]
-    t = L.glsl(GLSL.Trunc, dt, x)
-    half = L.emit(Op.OpFOrdGreaterThanEqual, T.u1, L.glsl(GLSL.FAbs, dt, L.emit(Op.OpFSub, dt, x, t)),
-                  L.const(dt, 0.5))
-    return L.emit(Op.OpSelect, dt, half, L.emit(Op.OpFAdd, dt, t, L.glsl(GLSL.FSign, dt, x)), t)
+def _sign_bit(L, x):
+    """Whether the f32 `x` has its sign bit set: also -0.0, which no comparison tells from +0.0."""
+    return L.emit(Op.OpSLessThan, T.u1, L.emit(Op.OpBitcast, T.i32, x), L.const(T.i32, 0))
+
+
+def _select(L, dt, cond, a, b):
+    return L.emit(Op.OpSelect, dt, cond, a, b)
+
+
+def _any(L, *conds):
+    acc = conds[0]
+    for c in conds[1:]:
+        acc = L.emit(Op.OpLogicalOr, T.u1, acc, c)
+    return acc
+
+
+def _all(L, *conds):
+    acc = conds[0]
+    for c in conds[1:]:
+        acc = L.emit(Op.OpLogicalAnd, T.u1, acc, c)
+    return acc
+
+
+def _pow(L, dt, a):
+    """C99 pow, as ir/scalar_ops._pow: GLSL Pow (defined for x > 0) of |x| only where |x| is finite, positive
+    and not 1 and y finite; then the special cases, as selects. y = 0 or x = 1: 1; NaN: x + y; a finite x < 0
+    with y not an integer: NaN; |x| = 1: 1; |x| = 0 or inf or |y| = inf: inf where (|x| > 1) == (y > 0), else 0;
+    the sign of x (its sign bit: -0.0 too) where y is an odd integer."""
+    (x, y), b, inf = a, T.u1, L.const(dt, math.inf)
+    one, zero = L.const(dt, 1.0), L.const(dt, 0.0)
+    ax = L.glsl(GLSL.FAbs, dt, x)
+    plain = _all(L, L.emit(Op.OpFOrdGreaterThan, b, ax, zero), L.emit(Op.OpFOrdLessThan, b, ax, inf),
+                 L.emit(Op.OpFOrdNotEqual, b, ax, one),
+                 L.emit(Op.OpFOrdLessThan, b, L.glsl(GLSL.FAbs, dt, y), inf))
+    power = L.glsl(GLSL.Pow, dt, _select(L, dt, plain, ax, L.const(dt, 2.0)), _select(L, dt, plain, y, one))
+    big = L.emit(Op.OpLogicalEqual, b, L.emit(Op.OpFOrdGreaterThan, b, ax, one),
+                 L.emit(Op.OpFOrdGreaterThan, b, y, zero))
+    edge = _select(L, dt, L.emit(Op.OpFOrdEqual, b, ax, one), one, _select(L, dt, big, inf, zero))
+    mag = _select(L, dt, plain, power, edge)
+    integer = L.emit(Op.OpFOrdEqual, b, L.glsl(GLSL.Floor, dt, y), y)   # inf too: an even integer in C99
+    half = L.emit(Op.OpFMul, dt, y, L.const(dt, 0.5))
+    odd = _all(L, integer, L.emit(Op.OpFOrdNotEqual, b, L.glsl(GLSL.Floor, dt, half), half))
+    r = _select(L, dt, _all(L, odd, _sign_bit(L, x)), L.emit(Op.OpFNegate, dt, mag), mag)
+    finite_negative = _all(L, L.emit(Op.OpFOrdLessThan, b, x, zero),
+                           L.emit(Op.OpFOrdGreaterThan, b, x, L.const(dt, -math.inf)))
+    negative = _all(L, finite_negative, L.emit(Op.OpLogicalNot, b, integer))
+    r = _select(L, dt, negative, L.const(dt, math.nan), r)
+    r = _select(L, dt, _any(L, L.emit(Op.OpIsNan, b, x), L.emit(Op.OpIsNan, b, y)), L.emit(Op.OpFAdd, dt, x, y), r)
+    return _select(L, dt, _any(L, L.emit(Op.OpFOrdEqual, b, y, zero), L.emit(Op.OpFOrdEqual, b, x, one)), one, r)
+
+
+def _atan2(L, dt, a):
+    """C99 atan2(y, x), as numpy's: GLSL Atan2 (undefined at 0, 0) where y, x are finite and non-zero; else
+    with m = pi if x's sign bit is set else 0: y = 0 or x = +-inf with y finite gives m, both infinite
+    3pi/4 or pi/4, y = +-inf or x = 0 pi/2, each with y's sign bit; NaN gives x + y."""
+    (y, x), b, inf = a, T.u1, L.const(dt, math.inf)
+    zero = L.const(dt, 0.0)
+    x_inf, y_inf = (L.emit(Op.OpFOrdEqual, b, L.glsl(GLSL.FAbs, dt, v), inf) for v in (x, y))
+    y_zero, x_zero = (L.emit(Op.OpFOrdEqual, b, v, zero) for v in (y, x))
+    special = _any(L, y_zero, x_zero, x_inf, y_inf)
+    one = L.const(dt, 1.0)
+    general = L.glsl(GLSL.Atan2, dt, _select(L, dt, special, one, y), _select(L, dt, special, one, x))
+    x_neg = _sign_bit(L, x)
+    flat = _select(L, dt, x_neg, L.const(dt, math.pi), zero)
+    corner = _select(L, dt, x_neg, L.const(dt, 0.75 * math.pi), L.const(dt, 0.25 * math.pi))
+    mag = _select(L, dt, _all(L, x_inf, y_inf), corner,
+                  _select(L, dt, _any(L, y_zero, x_inf), flat, L.const(dt, 0.5 * math.pi)))
+    signed = _select(L, dt, _sign_bit(L, y), L.emit(Op.OpFNegate, dt, mag), mag)
+    r = _select(L, dt, special, signed, general)
+    return _select(L, dt, _any(L, L.emit(Op.OpIsNan, b, x), L.emit(Op.OpIsNan, b, y)), L.emit(Op.OpFAdd, dt, x, y), r)
 
 
 def _log10(L, dt, a):
@@ -81,7 +143,7 @@ def _kahan(L, dt, x, u, small, large):
 
 
 def _expm1(L, dt, a):
-    # As ir/interp.py: u = exp(x); (u - 1) x / log(u) for |x| < 1 (Kahan), u - 1 beyond
+    # As ir/scalar_ops.py: u = exp(x); (u - 1) x / log(u) for |x| < 1 (Kahan), u - 1 beyond
     x = a[0]
     u = L.glsl(GLSL.Exp, dt, x)
     um1 = L.emit(Op.OpFSub, dt, u, L.const(dt, 1.0))
@@ -90,7 +152,7 @@ def _expm1(L, dt, a):
 
 
 def _log1p(L, dt, a):
-    # As ir/interp.py: u = 1 + x; log(u) x / (u - 1) for |x| < 1 (Kahan), log(u) beyond
+    # As ir/scalar_ops.py: u = 1 + x; log(u) x / (u - 1) for |x| < 1 (Kahan), log(u) beyond
     x = a[0]
     u = L.emit(Op.OpFAdd, dt, L.const(dt, 1.0), x)
     log_u = L.glsl(GLSL.Log, dt, u)
@@ -99,7 +161,7 @@ def _log1p(L, dt, a):
 
 
 def _hypot(L, s, a):
-    # As ir/interp.py: m sqrt(1 + t^2), m = max(|a|, |b|), t = min / max (1 when equal: 0 and inf). Sqrt,
+    # As ir/scalar_ops.py: m sqrt(1 + t^2), m = max(|a|, |b|), t = min / max (1 when equal: 0 and inf). Sqrt,
     # FAbs, FMin, FMax are defined for f64: no narrowing.
     dt = s.dtype
     ax, ay = (L.glsl(GLSL.FAbs, dt, v) for v in a)
@@ -284,7 +346,7 @@ LOWER = {
     IROp.RSQRT: _glsl(GLSL.InverseSqrt),
     IROp.FLOOR: _glsl(GLSL.Floor),
     IROp.CEIL: _glsl(GLSL.Ceil),
-    IROp.ROUND: _round,
+    IROp.ROUND: _glsl(GLSL.RoundEven),   # half to even, as numpy (Round leaves .5 to the driver)
     IROp.NOT: _op(Op.OpLogicalNot),
     IROp.BIT_NOT: _op(Op.OpNot),
     IROp.CAST: _cast,
@@ -294,9 +356,9 @@ LOWER = {
     IROp.DIV: _kinds(f=_op(Op.OpFDiv)),
     IROp.FLOORDIV: _kinds(f=_f_floordiv, i=_i_floordiv, u=_u_div(Op.OpUDiv)),
     IROp.MOD: _kinds(f=_op(Op.OpFMod), i=_i_mod, u=_u_div(Op.OpUMod)),
-    IROp.POW: _glsl(GLSL.Pow, narrow=True),
+    IROp.POW: _in_f32(_pow),
     IROp.POWI: _powi,
-    IROp.ATAN2: _glsl(GLSL.Atan2, narrow=True),
+    IROp.ATAN2: _in_f32(_atan2),
     IROp.HYPOT: _hypot,
     IROp.FMOD: _op(Op.OpFRem),   # the sign of the dividend (OpFMod, for MOD, takes the divisor's)
     IROp.MIN: _kinds(f=_glsl(GLSL.FMin), i=_glsl(GLSL.SMin), u=_glsl(GLSL.UMin)),
