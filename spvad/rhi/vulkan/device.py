@@ -18,7 +18,7 @@ from ..base import Device
 from . import pipeline_cache, warm_up
 from .batches import BatchMixin
 from .buffers import BufferMixin, chunk_bytes, free_allocations
-from .loader import install_hint
+from .loader import no_driver_hint
 from .pipelines import PipelineMixin
 from .program import ProgramMixin
 from .vkapi import (SEV_ERROR, SEV_WARNING, TYPE_GENERAL, TYPE_PERFORMANCE, TYPE_VALIDATION,
@@ -149,8 +149,13 @@ class VulkanDevice(BufferMixin, PipelineMixin, ProgramMixin, BatchMixin, Device)
         info = vk.VkInstanceCreateInfo(pNext=pnext, flags=flags, pApplicationInfo=app,
                                        ppEnabledLayerNames=layers or None,
                                        ppEnabledExtensionNames=exts or None)
-        self._instance = call(vk.vkCreateInstance, info, None, collector=self._collector,
-                              context="creating the Vulkan instance: ")
+        try:
+            self._instance = call(vk.vkCreateInstance, info, None, collector=self._collector,
+                                  context="creating the Vulkan instance: ")
+        except DeviceError as exc:   # the loader's answer when it found no driver ("Found no drivers!")
+            if not isinstance(exc.__context__, vk.VkErrorIncompatibleDriver):
+                raise
+            raise DeviceError(f"no Vulkan driver found; {no_driver_hint()}. Details: {exc}") from None
         if pnext is not None and EXT_DEBUG_UTILS in exts:
             create = vk.vkGetInstanceProcAddr(self._instance, "vkCreateDebugUtilsMessengerEXT")
             self._destroy_messenger = vk.vkGetInstanceProcAddr(
@@ -166,7 +171,7 @@ class VulkanDevice(BufferMixin, PipelineMixin, ProgramMixin, BatchMixin, Device)
         listing = "; ".join(f"[{i}] {pr.deviceName} ({DEVICE_TYPES.get(pr.deviceType, 'other')})"
                             for i, (_, pr) in enumerate(found)) or "none"
         if not found:
-            raise DeviceError(f"no Vulkan device found ({install_hint()})")
+            raise DeviceError(f"no Vulkan device found (the installed drivers report none); {no_driver_hint()}.")
         if selector is None:
             rank = {t: r for r, t in enumerate(PREFERENCE)}
             index = min(range(len(found)),

@@ -23,6 +23,14 @@ def install_hint():
     return "install libvulkan1 and a driver (e.g. mesa-vulkan-drivers)"
 
 
+def no_driver_hint():
+    """What to do when the loader is there but finds no driver (for error messages)."""
+    install = install_hint() if sys.platform == "darwin" else (
+        "install one: on Debian/Ubuntu `apt-get install mesa-vulkan-drivers` (lavapipe, a CPU driver), or your "
+        "GPU vendor's Vulkan driver")
+    return f"{install}. sp.init(backend=\"interp\") runs kernels without a driver (the IR interpreter: slow)"
+
+
 def macos_loader_candidates(env=None):
     """Existing loader files in MACOS_DIRS, in order (folders with an unset variable are skipped)."""
     env = os.environ if env is None else env
