@@ -48,7 +48,7 @@ class Kernel:
     def __init__(self, fn, ad_stack_size=None, fast_math=None):
         self.fn = fn
         self.name = fn.__name__
-        self.ad_stack_size = ad_stack_size
+        self.ad_stack_size = runtime.checked_ad_stack_size(ad_stack_size, "@sp.kernel")   # None: sp.init's
         self.fast_math = runtime.checked_fast_math(fast_math, "@sp.kernel")   # None: sp.init's
         functools.update_wrapper(self, fn)
         self.params = arguments.parameters(fn, self.name)

@@ -1,6 +1,7 @@
 """The process-wide runtime: device selection, options, the launch path, sync and device-side error flags."""
 import atexit
 import itertools
+import numbers
 import operator
 import os
 import sys
@@ -11,6 +12,7 @@ from . import rhi
 from .cache import source_stamp
 from .cache.folder import cache_dir
 from .errors import ArgumentError
+from .spirv.lower_adstack import MAX_CAPACITY
 
 _current = None
 _serials = itertools.count()
@@ -24,6 +26,7 @@ LOCK = threading.RLock()
 class Runtime:
     def __init__(self, backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None,
                  random_seed=0, fast_math=True):
+        ad_stack_size = checked_ad_stack_size(ad_stack_size, "sp.init")   # before the device opens
         backend = os.environ.get("SPVAD_BACKEND", backend) or "auto"
         selector = os.environ.get("SPVAD_DEVICE", device)
         if isinstance(selector, str) and selector.isdigit():
@@ -188,6 +191,7 @@ def init(backend="auto", device=None, ad_stack_size=None, debug=False, validate_
     global _current
     random_seed = _checked_seed(random_seed)   # before reset: a rejected call changes nothing
     fast_math = checked_fast_math(fast_math, "sp.init")
+    ad_stack_size = checked_ad_stack_size(ad_stack_size, "sp.init")
     with LOCK:
         reset()
         _current = Runtime(backend, device, ad_stack_size, debug, validate_spirv, random_seed, fast_math)
@@ -201,6 +205,18 @@ def checked_fast_math(value, where):
     if not isinstance(value, bool):
         raise ArgumentError(f"{where}(fast_math=...) must be True or False, got {value!r}")
     return bool(value)
+
+
+def checked_ad_stack_size(value, where):
+    """The ad_stack_size option of sp.init / @sp.kernel: None (capacities sized by spvad), or an int from 1
+    to the largest capacity the adstack lowering encodes (spirv/lower_adstack.py MAX_CAPACITY)."""
+    if value is None:
+        return None
+    # (numbers.Integral: ints and numpy integers, not floats, strings or numpy bools; bools are not sizes)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= MAX_CAPACITY:
+        raise ArgumentError(f"{where}(ad_stack_size=...) must be None or an int from 1 to {MAX_CAPACITY:,} "
+                            f"(2**30 - 1), got {value!r}")
+    return int(value)
 
 
 def _checked_seed(seed):

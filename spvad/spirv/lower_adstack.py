@@ -26,6 +26,11 @@ HOMES = (FUNCTION, BUFFER)
 #   (launch/device_task.py DeviceTask.variant).
 FUNCTION_BUDGET_WORDS = {"cpu": 256}
 DEFAULT_FUNCTION_BUDGET_WORDS = 1024
+# The largest capacity a stack can have (ad_stack_size's upper bound): capacities, counters and the word
+# offsets into a thread's slice are u32, and an entry takes up to 4 words (a 64-bit primal and its
+# adjoint), so 4 x capacity must fit 32 bits; a buffer of Vulkan's maxStorageBufferRange (a u32 count of
+# bytes) holds no more than 2**30 - 1 words for one thread anyway.
+MAX_CAPACITY = 2**30 - 1
 
 
 def function_budget_words(device_info):
