@@ -71,8 +71,9 @@ def bind(kname, params, args):
                 raise ArgumentError(f"kernel {kname}: argument '{name}' is annotated {ann!r} "
                                     f"but got an ndarray")
             if value._runtime is not rt:
-                raise ArgumentError(f"kernel {kname}: argument '{name}' was created before "
-                                    "sp.reset()/sp.init(); create it again")
+                when = "by the parent process before os.fork()" if value._runtime.forked else \
+                    "before sp.reset()/sp.init()"
+                raise ArgumentError(f"kernel {kname}: argument '{name}' was created {when}; create it again")
             specs.append(ArraySpec(value.dtype, value.ndim, value.grad is not None, value.dual is not None))
             arrays.append(value)
             continue

@@ -41,3 +41,7 @@ class AutodiffRuleError(SpvadError):
 
 class DeviceError(SpvadError):
     """The device or driver failed outside pipeline creation (no device, lost device, bad feature)."""
+
+
+class ReentryError(SpvadError, RuntimeError):
+    """spvad was called from a signal handler that interrupted this thread inside spvad; nothing changed."""

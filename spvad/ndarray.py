@@ -138,6 +138,10 @@ class Ndarray:
     def _synced(self):
         rt = self._runtime
         if rt is not runtime.current():
+            if rt.forked:
+                raise DeviceError("this ndarray was created by the parent process before os.fork(): a forked "
+                                  "child has a runtime of its own and cannot reach the parent's device; create "
+                                  "the array in the child (from values read with to_numpy() before the fork)")
             raise DeviceError("this ndarray belongs to a runtime that was reset; create it again")
         rt.sync()
 

@@ -1,9 +1,11 @@
 """The process-wide runtime: device selection, options, the launch path, sync and device-side error flags."""
 import atexit
+import contextlib
 import itertools
 import numbers
 import operator
 import os
+import signal
 import sys
 import threading
 import weakref
@@ -11,7 +13,7 @@ import weakref
 from . import rhi
 from .cache import source_stamp
 from .cache.folder import cache_dir
-from .errors import ArgumentError
+from .errors import ArgumentError, ReentryError
 from .spirv.lower_adstack import MAX_CAPACITY
 
 _current = None
@@ -20,7 +22,66 @@ _serials = itertools.count()
 # recording), syncs, host access to ndarrays, buffer creation and release, init and reset. Reentrant, so a
 # Tape's backward pass (which launches) or a host write (which syncs) can take it again. Threads may launch
 # and sync concurrently; their calls run one at a time, each seeing the launches queued before it.
-LOCK = threading.RLock()
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class RuntimeLock:
+    """A reentrant lock that refuses re-entry from a signal handler. Python runs a handler between two
+    bytecodes of the main thread, possibly in the middle of a launch or a Tape's backward (a command buffer
+    half recorded, a dispatch not yet noted); a handler reading an ndarray there would sync that state. So a
+    nested acquisition is allowed when the frames between it and the outer one are spvad's (a Tape launching,
+    a host write syncing) or user code spvad called (a custom gradient), and refused when one of them is a
+    Python signal handler's: it raises ReentryError and changes nothing."""
+    __slots__ = ("_lock", "_depth", "_outer")
+
+    def __init__(self):
+        # an RLock underneath: a handler running between its acquire and the bookkeeping below (or between the
+        # bookkeeping and its release) finds depth 0 and runs as an outer call, never deadlocks
+        self._lock, self._depth, self._outer = threading.RLock(), 0, None
+
+    def __enter__(self):
+        self._lock.acquire()
+        if self._depth:   # held already, so by this thread: a nested call
+            if _handler_between(sys._getframe(1), self._outer):
+                self._lock.release()
+                raise ReentryError("spvad was called from a signal handler while this thread was inside spvad "
+                                   "(a launch, a sync or a Tape's backward); nothing was done: read or launch "
+                                   "outside the handler (e.g. set a flag there and act on it in the main loop)")
+            self._depth += 1
+            return self
+        self._depth, self._outer = 1, sys._getframe(1)
+        return self
+
+    def __exit__(self, *exc):
+        self._depth -= 1
+        if not self._depth:
+            self._outer = None
+        self._lock.release()
+        return False
+
+
+def _handler_between(frame, outer):
+    """Whether a frame from `frame` up to `outer` (excluded) runs a Python signal handler installed now. Only
+    frames outside spvad are checked, so a Tape's nested launches cost a short walk."""
+    strangers = []
+    while frame is not None and frame is not outer:
+        if not frame.f_code.co_filename.startswith(PACKAGE_DIR):
+            strangers.append(frame.f_code)
+        frame = frame.f_back
+    if not strangers:
+        return False
+    codes = set()
+    for signum in signal.valid_signals():
+        handler = signal.getsignal(signum)
+        handler = getattr(handler, "func", handler)            # functools.partial
+        handler = getattr(handler, "__func__", handler)        # a bound method
+        code = getattr(handler, "__code__", None)
+        if code is not None:
+            codes.add(code)
+    return any(code in codes for code in strangers)
+
+
+LOCK = RuntimeLock()
 
 
 class Runtime:
@@ -36,7 +97,7 @@ class Runtime:
         validation = os.environ.get("SPVAD_VALIDATION", "0") not in ("", "0")
         folder = cache_dir()
         disk_cached = folder is not None and backend in rhi.BACKENDS and rhi.code_kind(backend) == "spirv"
-        with source_stamp.taken_meanwhile(disk_cached):   # (a part of the compile cache's keys)
+        with source_stamp.taken_meanwhile(disk_cached), _lavapipe_threads_in_forked_child(backend):
             self.device = rhi.open_device(backend, selector, validation=validation, pipeline_cache_dir=folder)
         self.code = rhi.code_kind(backend)   # what kernels compile to for this device: "spirv" or "ir"
         self.backend = backend
@@ -57,6 +118,7 @@ class Runtime:
         self.spare_buffers = SparePool(self.device)   # a Tape's checkpoint buffers, reused by the next Tape
         self.shared_pipelines = SharedPipelines(self.device)
         self.lent_views = weakref.WeakSet()   # owners of zero-copy views of device memory (DLPack exports)
+        self.forked = False   # True in a forked child: the parent's runtime, set aside (_after_fork_in_child)
 
     def sync(self):
         self.device.sync()
@@ -240,6 +302,48 @@ def _close_at_exit():
         reset()
     except Exception:   # never turn a clean exit into a traceback
         pass
+
+
+_set_aside = []   # in a forked child: the parent's runtimes, never used, closed or freed from here
+_forked_from_vulkan = False   # this process is a forked child of one that had a Vulkan runtime
+
+
+@contextlib.contextmanager
+def _lavapipe_threads_in_forked_child(backend):
+    """lavapipe opened in a forked child of a process that had it open runs one worker thread: with two or
+    more, Mesa 22.3's exit handlers crash the child at exit (SIGSEGV joining threads; measured with 1, 2 and
+    the default). Forked workers get their parallelism from the processes. Read as the device opens only."""
+    if not (_forked_from_vulkan and backend == "vulkan"):
+        yield
+        return
+    before = os.environ.get("LP_NUM_THREADS")
+    os.environ["LP_NUM_THREADS"] = "1" if before is None or not before.isdigit() else str(min(int(before), 1))
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["LP_NUM_THREADS"]
+        else:
+            os.environ["LP_NUM_THREADS"] = before
+
+
+def _after_fork_in_child():
+    """A forked child (multiprocessing, a DataLoader's workers) shares no device with its parent: the parent's
+    runtime is set aside without a single driver call (closing it would wait on the parent's queue forever),
+    and the child opens its own at its first launch or sp.init(). The lock is new: another thread of the
+    parent may have held it at the fork."""
+    global _current, LOCK, _forked_from_vulkan
+    LOCK = RuntimeLock()
+    rt, _current = _current, None
+    if rt is not None:
+        _forked_from_vulkan = _forked_from_vulkan or rt.backend == "vulkan"
+        rt.forked = True
+        rt.device.set_aside()
+        _set_aside.append(rt)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def get():

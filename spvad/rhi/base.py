@@ -107,6 +107,12 @@ class Device(ABC):
     """One device of one backend. Use ``close()`` (or ``with``) to free everything it created."""
 
     interrupted = False   # a Ctrl-C stopped a sync while launches were still running
+    forked = False        # set aside in a forked child (set_aside)
+
+    def set_aside(self):
+        """In a forked child: this is the parent's device. Mark it closed without one driver call, so nothing
+        in the child ever uses, frees or closes it (its driver objects belong to the parent)."""
+        self._closed = self.forked = True
 
     def busy(self):
         """Whether submitted launches are still running (does not wait). Backends that can tell override it."""

@@ -6,7 +6,8 @@ program.py (`ProgramMixin`), recorded batches of launches in batches.py (`BatchM
 submits it and waits on fences. The batch is submitted early (without waiting) into a small ring of command
 buffers when the device has finished what it was given (looked at every 16 launches) or after `flush_every`
 launches, so the device works while Python records. Objects released while recorded work may still use them are
-destroyed after the next sync.
+destroyed once the batch that may use them finished, sync or no sync (memory stays flat over 100k launches);
+recorded batches' command buffers are freed at the next sync.
 """
 import os
 import time
@@ -92,7 +93,8 @@ class VulkanDevice(BufferMixin, PipelineMixin, ProgramMixin, BatchMixin, Device)
         self._cmd_pool = None
         self._frames, self._free_frames, self._inflight = [], [], []
         self._cmd, self._frame, self._recorded = None, None, 0
-        self._buffers, self._pipelines, self._deferred = {}, set(), []
+        self._buffers, self._pipelines = {}, set()
+        self._deferred = []   # frees of recorded batches' command buffers, run at the next sync (batches.py)
         self._next_uid = 1
         self._collector = Collector()
         self.validation = bool(validation)
@@ -325,16 +327,19 @@ class VulkanDevice(BufferMixin, PipelineMixin, ProgramMixin, BatchMixin, Device)
 
     def _check_open(self):
         if self._closed:
-            raise DeviceError("the Vulkan device is closed")
+            raise DeviceError("the Vulkan device belongs to the parent process (opened before os.fork()); the "
+                              "child opens its own with sp.init()" if self.forked else "the Vulkan device is closed")
 
     def _retire(self, destroy):
-        """Run `destroy` now if no recorded or submitted work can use the object, else after sync."""
+        """Run `destroy` now if no recorded or submitted work can use the object, else once the latest batch
+        finished (batches finish in submission order: _wait takes them oldest first), sync or no sync."""
         if self._closed:
             return
-        if self._cmd is None and not self._inflight:
+        frame = self._frame if self._frame is not None else self._inflight[-1] if self._inflight else None
+        if frame is None:
             destroy()
         else:
-            self._deferred.append(destroy)
+            frame.retired.append(destroy)
 
     # -- submission -----------------------------------------------------------------------------------
     def _wait(self, frames):
@@ -356,6 +361,10 @@ class VulkanDevice(BufferMixin, PipelineMixin, ProgramMixin, BatchMixin, Device)
         check(lib.vkResetFences(self._device, len(frames), fences), "vkResetFences")
         del self._inflight[:len(frames)]
         self._free_frames.extend(frames)
+        for frame in frames:   # what was released while these batches ran
+            retired, frame.retired = frame.retired, []
+            for destroy in retired:
+                destroy()
 
     def busy(self):
         """Whether submitted launches are still running (does not wait)."""
@@ -399,7 +408,7 @@ class VulkanDevice(BufferMixin, PipelineMixin, ProgramMixin, BatchMixin, Device)
                 vk.vkDeviceWaitIdle(d)
             except VK_ERRORS:
                 pass  # a lost device must still be torn down
-            for destroy in self._deferred:
+            for destroy in self._deferred + [d for frame in self._frames for d in frame.retired]:
                 destroy()
             for buf in list(self._buffers.values()):
                 free_allocations(d, buf._allocations())

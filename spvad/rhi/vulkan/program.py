@@ -41,6 +41,8 @@ class _Frame:
         self.submit_ptr = ffi.new("VkSubmitInfo *", {"sType": lib.VK_STRUCTURE_TYPE_SUBMIT_INFO,
                                                      "commandBufferCount": 1, "pCommandBuffers": self._cmds})
         self.kernels = set()   # names of the kernels launched in this batch (for a timeout's message)
+        self.retired = []      # destroys of objects released while this batch (or one before it) could use
+        #                        them: run once it finished (device._wait), so memory stays flat without syncs
 
 
 class ProgramMixin:
@@ -101,7 +103,7 @@ class ProgramMixin:
         """End the current command buffer with a COMPUTE->HOST barrier and submit it (no wait)."""
         frame, cmd, self._recorded = self._frame, self._cmd, 0
         # In flight from here on: an object released meanwhile (an ndarray's __del__ run by the garbage
-        # collector inside this very call) is then destroyed after the next sync, never while the batch
+        # collector inside this very call) is then destroyed once this batch finished, never while the batch
         # that uses it is being submitted (_retire destroys at once when nothing is recorded or in flight).
         self._inflight.append(frame)
         self._frame = self._cmd = self._bound = None
