@@ -55,6 +55,48 @@ def _check_dtype(dtype):
     return dt
 
 
+def _as_numbers(data, where):
+    """`data` as a numpy array, for `where` (the call): ragged nested lists and data numpy can only keep as
+    Python objects (dtype=object: None, strings among numbers, ints past 64 bits) are ArgumentErrors."""
+    try:
+        arr = np.asarray(data)
+    except ValueError as e:   # numpy 2 refuses ragged lists ("inhomogeneous shape")
+        ragged = _ragged(data) or ("inhomogeneous" in str(e) and str(e))
+        if not ragged:
+            raise ArgumentError(f"{where}: numpy cannot make an array of the data: {e}") from e
+        arr = None
+    else:
+        ragged = arr.dtype == object and _ragged(data)   # older numpy made ragged lists dtype=object arrays
+    if ragged:
+        raise ArgumentError(f"{where}: the data is ragged (rows of different lengths: {ragged}); an ndarray "
+                            "needs rectangular data, e.g. pad the rows to one length") from None
+    if arr.dtype == object:
+        bad = next((f"data{list(i)} is {v!r}" for i, v in zip(np.ndindex(arr.shape), arr.flat)
+                    if not isinstance(v, (int, float, np.number, np.bool_))),
+                   "numbers no numpy dtype holds, e.g. ints past 64 bits")
+        raise ArgumentError(f"{where}: the data holds values numpy keeps as Python objects (dtype=object; {bad}); "
+                            "pass numbers or bools only")
+    return arr
+
+
+def _ragged(data):
+    """Where nested lists (tuples, numpy arrays) first differ in length, level by level, as text; None if
+    they never do."""
+    def is_row(x):
+        return isinstance(x, (list, tuple)) or isinstance(x, np.ndarray) and x.ndim > 0
+    level = [("", data)]
+    while level and is_row(level[0][1]):
+        first = level[0]
+        for path, x in level:
+            if not is_row(x):
+                return f"data{first[0]} is a row of {len(first[1])} but data{path} is the single value {x!r}"
+            if len(x) != len(first[1]):
+                return f"data{first[0]} has {len(first[1])} entries but data{path} has {len(x)}"
+        level = [(f"{path}[{i}]", v) for path, x in level for i, v in enumerate(x)]
+    rows = [path for path, x in level if is_row(x)]
+    return f"data{rows[0]} is a row but data{level[0][0]} is a single value" if rows else None
+
+
 class Ndarray:
     """A contiguous device array. Host access (to_numpy, from_numpy, fill, [] get/set) synchronises first.
 
@@ -63,7 +105,12 @@ class Ndarray:
     (`sp.ndarray(sp.mat3, (n,))`) likewise stores (n, 3, 3) scalars and `a[i]` is a (3, 3) numpy array.
 
     `version` counts the writes that may have changed the contents (launches that can store into the
-    array, host writes): a Tape compares versions to know which contents a gradient needs back."""
+    array, host writes): a Tape compares versions to know which contents a gradient needs back.
+
+    `pickle`, `copy.copy` and `copy.deepcopy` go by value, after pending launches: the dtype (vector and
+    matrix ones too), shape and values, and the `.grad` / `.dual` companions with their values (torch keeps
+    only requires_grad; here a checkpoint mid-training keeps the gradients it accumulated). Unpickling or
+    copying makes a new, independent ndarray on the current runtime (in a fresh process the default one)."""
     _spvad_ndarray = True
     version = 0
 
@@ -196,7 +243,7 @@ class Ndarray:
         return [(self.buffer, first * item + 4 * k, 4, w) for k, w in enumerate(words)]
 
     def from_numpy(self, arr):
-        arr = np.asarray(arr)
+        arr = _as_numbers(arr, "ndarray.from_numpy")
         if arr.shape != self.storage_shape:
             what = f"{self.storage_shape} (shape {self.shape} of {self.dtype})" if self.width else f"{self.shape}"
             raise ArgumentError(f"from_numpy: shape {arr.shape} does not match the ndarray's {what}")
@@ -204,8 +251,9 @@ class Ndarray:
         if np.iscomplexobj(arr):
             raise ArgumentError(f"from_numpy: cannot store complex ({arr.dtype}) data in a {self.dtype} ndarray "
                                 "without dropping the imaginary parts; pass .real (or .imag) explicitly")
-        if dt.is_float and not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
-            raise ArgumentError(f"from_numpy: cannot store {arr.dtype} data in a {self.dtype} ndarray")
+        if arr.dtype.kind not in "biuf":   # strings, dates: no numbers (a u1 array took their truthiness)
+            raise ArgumentError(f"from_numpy: cannot store {arr.dtype} data in a {self.dtype} ndarray; pass "
+                                "numbers or bools")
         if dt.is_int and not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
             raise ArgumentError(f"from_numpy: cannot store {arr.dtype} data in a {self.dtype} ndarray "
                                 "without losing the fraction; cast it first")
@@ -251,6 +299,9 @@ class Ndarray:
         key = key if isinstance(key, tuple) else (key,)
         if key == (None,) or key == ():
             key = ()
+        if any(isinstance(k, (bool, np.bool_)) for k in key):   # not 1 / 0: numpy reads a bool index as a mask
+            raise ArgumentError(f"index {key!r}: indices must be integers, not bools (numpy's bool index is a "
+                                "mask, which ndarrays do not offer)")
         if len(key) != self.ndim:
             raise ArgumentError(f"index {key!r} has {len(key)} entries for a {self.ndim}-d ndarray")
         flat = 0
@@ -275,6 +326,20 @@ class Ndarray:
             self._host_write("setitem", i)
             self._host().write(i * width, np.broadcast_to(np.asarray(value, self._np_dtype), (width,)))
 
+    # ---- pickle and copy: by value, into a new array (see the class docstring) ----
+    def __reduce__(self):
+        with runtime.LOCK:   # one consistent state: no launch of another thread between the reads
+            companions = [c.to_numpy() if c is not None else None for c in (self.grad, self.dual)]
+            return _rebuild, (_dtype_key(self.dtype), self.to_numpy(), *companions)
+
+    def __copy__(self):
+        # as numpy's copy.copy: new memory, so a write to the copy never reaches the original
+        rebuild, args = self.__reduce__()
+        return rebuild(*args)
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()   # (the default would copy the numpy values once more)
+
     # ---- other frameworks (spvad/interop registers them in EXPORTS; docs/interop.md) ----
     def to_torch(self):
         """A CPU torch.Tensor holding a copy of the values (storage shape), after pending launches."""
@@ -290,6 +355,28 @@ class Ndarray:
 
     def __dlpack_device__(self):
         return EXPORTS["dlpack_device"](self)
+
+
+def _dtype_key(dtype):
+    """A pickle's spelling of a dtype: the scalar's name and the element shape (plain data, so a pickle names
+    no spvad class but the function that rebuilds the array)."""
+    return T.element_dtype(dtype).name, T.element_shape(dtype)
+
+
+def _rebuild(dtype_key, data, grad=None, dual=None):
+    """An unpickled (or copied) ndarray: a new array on the current runtime holding `data`, with a `.grad`
+    (`.dual`) holding `grad` (`dual`) when that is not None."""
+    name, element_shape = dtype_key
+    scalar = next((d for d in T.ALL if d.name == name), None)
+    if scalar is None or len(element_shape) > 2:
+        raise ArgumentError(f"unpickling an ndarray: unknown dtype {dtype_key!r} (pickled by another spvad?)")
+    dtype = T.Vector(*element_shape, scalar) if len(element_shape) == 1 else \
+        T.Matrix(*element_shape, scalar) if element_shape else scalar
+    a = from_numpy(data, needs_grad=grad is not None, needs_dual=dual is not None, dtype=dtype)
+    for companion, values in ((a.grad, grad), (a.dual, dual)):
+        if values is not None:
+            companion.from_numpy(values)
+    return a
 
 
 def set_on_device(values):
@@ -334,7 +421,7 @@ def from_numpy(arr, needs_grad=False, needs_dual=False, dtype=None):
 
     `dtype` picks the dtype instead; a vector (matrix) dtype takes `arr`'s last axis (two axes) as the
     components."""
-    arr = np.asarray(arr)
+    arr = _as_numbers(arr, "sp.from_numpy")
     if dtype is not None:
         dtype = _check_dtype(dtype)
         elem = T.element_shape(dtype)
