@@ -2,6 +2,8 @@
 import struct
 
 from .. import runtime
+from ..spirv.lower_memory import PUSH_FORMAT
+from .scalar_table import scalar_table
 from .shape_table import shape_table
 
 
@@ -15,6 +17,8 @@ def dispatch(rt, low, pipeline, arrays, scalars, shapes, n, extra_buffers=(), lo
     push = push or PushPacker(low, shapes, rt)
     if push.shape_page is not None:   # bound last (spirv/lower_memory.py)
         buffers.append(push.shape_page)
+    if push.spill is not None:   # after it, the scalar table
+        buffers.append(push.spill[0].buffer)
     if type(n) is tuple:
         send, groups = rt.device.prepare_launch_indirect(pipeline, buffers, *n), n
     else:
@@ -37,8 +41,10 @@ class BufferArg:
 class PushPacker:
     """The push constants of one recorded dispatch, whose arrays (hence shapes) stay fixed: only the scalars
     are converted and packed again on a replay. Extents past the push-constant budget are an entry of the
-    runtime's shape table (`shape_page`, bound last; the push constants hold its offset)."""
-    __slots__ = ("struct", "values", "slots", "shape_page")
+    runtime's shape table (`shape_page`, bound last; the push constants hold its offset). Scalars past it are
+    an entry of the runtime's scalar table (`spill`: the table, the entry's struct, its slots), placed again
+    at each packing: the push constants end with its position."""
+    __slots__ = ("struct", "values", "slots", "shape_page", "spill")
 
     def __init__(self, low, shapes, rt=None):
         self.struct = struct.Struct(low.push_format) if low.push_size else None
@@ -47,10 +53,15 @@ class PushPacker:
         if spilled:
             self.shape_page, entry = shape_table(rt or runtime.get()).place(
                 tuple(shapes[f[1]][f[2]] for f in spilled))
-        self.values = [None if f[0] == "scalar" else entry if f[0] == "shape_table" else shapes[f[1]][f[2]]
-                       for f in low.push_fields]
+        self.values = [None if f[0] in ("scalar", "scalar_table") else entry if f[0] == "shape_table" else
+                       shapes[f[1]][f[2]] for f in low.push_fields]
         self.slots = [(k, f[1], _CONVERT[(f[2].is_bool, f[2].is_float)])
                       for k, f in enumerate(low.push_fields) if f[0] == "scalar"]
+        spilled, self.spill = getattr(low, "spilled_scalars", ()), None
+        if spilled:
+            self.spill = (scalar_table(rt or runtime.get()),
+                          struct.Struct("<" + "".join(PUSH_FORMAT[f[2].name] for f in spilled)),
+                          [(f[1], _CONVERT[(f[2].is_bool, f[2].is_float)]) for f in spilled], len(self.values) - 1)
 
     def __call__(self, scalars):
         if self.struct is None:
@@ -58,6 +69,9 @@ class PushPacker:
         values = self.values
         for k, i, convert in self.slots:
             values[k] = convert(scalars[i])
+        if self.spill is not None:   # (the last push constant: scalar_table)
+            table, entry, slots, k = self.spill
+            values[k] = table.place(entry.pack(*[convert(scalars[i]) for i, convert in slots]))
         return self.struct.pack(*values)
 
 

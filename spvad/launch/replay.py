@@ -45,6 +45,8 @@ class Replay:
             self.scalar_checks.append((k, spec, plain, lo, hi, a))
         self.specs, self.records = specs, records
         self.live = [r for r in records if r.recorded is not None]
+        # scalars in the scalar table (launch/scalar_table.py): their entry is placed again at each launch
+        self.spills = any(getattr(r.push, "spill", None) is not None for r in self.live)
         self.threads_fixed = all(r.threads_fixed for r in records)   # by the shapes alone
         n = len(self.positions)   # what a launch writes, by argument position / captured object
         self.written_args = [(self.positions[ai], f) for ai, f in ck.facts.writes if ai < n]
@@ -86,8 +88,9 @@ class Replay:
         return [ref() for _, ref in self.globals]
 
     def run(self, args, scalars):
-        """Launch again: the recorded dispatches as they are, or with push constants packed for new scalars."""
-        if scalars is self.scalars:
+        """Launch again: the recorded dispatches as they are, or with push constants packed for new scalars (and
+        always where scalars spill to the scalar table: their entry may be gone, launch/scalar_table.py)."""
+        if scalars is self.scalars and not self.spills:
             for r in self.live:
                 r.send(r.pushed)
                 if r.reports is not None:

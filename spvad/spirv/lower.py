@@ -57,6 +57,8 @@ class LoweredTask:
     addressed: frozenset = frozenset()   # bindings that hold an address table (lower_addressed.py)
     shape_binding: int = None   # binding of the shape table (extents past the push budget, lower_memory.py)
     spilled_shapes: tuple = ()  # ("shape", array_index, axis, i32) of its entry, in order
+    scalar_binding: int = None  # binding of the scalar table (scalars past the push budget), after the shape table
+    spilled_scalars: tuple = ()  # ("scalar", scalar_index, dtype) of a launch's entry in it, in order
     cas_atomics: frozenset = frozenset()   # bindings whose atomics are compare-exchange loops (word views)
 
     def threads(self, n):
@@ -66,7 +68,7 @@ class LoweredTask:
     @property
     def num_buffers(self):
         return len(self.bindings) + (self.flag_binding is not None) + (self.stack_heap is not None) + (
-            self.print_binding is not None) + (self.shape_binding is not None)
+            self.print_binding is not None) + (self.shape_binding is not None) + (self.scalar_binding is not None)
 
     @property
     def code(self):
@@ -252,7 +254,8 @@ class _Lowerer:
             bounds_axes=lay.bounds_axes, per_thread=lay.per_thread, rest=self.rest,
             print_binding=lay.print_binding, print_formats=formats_of(self.task), fast_math=self.fast_math,
             cas_atomics=frozenset(lay.word_view),
-            addressed=lay.addressed, shape_binding=lay.shape_binding, spilled_shapes=lay.spilled_shapes)
+            addressed=lay.addressed, shape_binding=lay.shape_binding, spilled_shapes=lay.spilled_shapes,
+            scalar_binding=lay.scalar_binding, spilled_scalars=lay.spilled_scalars)
 
     # ---- statements ----
     def block(self, block):

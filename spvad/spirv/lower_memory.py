@@ -8,7 +8,10 @@ debug the bounds-violation record (lower_bounds.py).
 Scalars and the array extents a task reads (axes 1.. of every array it indexes: row-major addressing) are
 push constants. Where they would pass Vulkan's guaranteed 128 bytes (many arrays of many dimensions), the
 extents move to the runtime's shape table instead (launch/shape_table.py), bound last: the push constants
-then hold the scalars and the offset of the launch's extents in that table.
+then hold the scalars and the offset of the launch's extents in that table. Scalars that do not fit either
+(many parameters; a vector or matrix by value is one per component) go to the runtime's scalar table
+(launch/scalar_table.py), bound after the shape table: the push constants keep those that fit (and the
+extents when they fit beside them) and end with the position of the launch's entry in that ring.
 
 Float atomics without a native instruction are compare-exchange loops on the element's bit pattern. The
 simplest valid way to get an integer pointer to a float element is to declare that binding's runtime array
@@ -31,7 +34,8 @@ from .spec import Capability, Decoration, LoopControl, Op, StorageClass
 
 SCOPE_DEVICE, RELAXED = 1, 0
 PUSH_FORMAT = {"f32": "f", "f64": "d", "i32": "i", "u32": "I", "u1": "I"}
-PUSH_BUDGET_BYTES = 128   # maxPushConstantsSize every Vulkan device offers; past it extents go to the table
+PUSH_BUDGET_BYTES = 128   # maxPushConstantsSize every Vulkan device offers; past it extents, then scalars, go to tables
+SCALAR_RING_WORDS = 1 << 16   # u32 words of the scalar table's ring (a power of two: positions are masked)
 MAX_FLAG_BIT = 31   # word 0 has 32 bits: stacks k >= 31 all set bit 31 (their depth words still tell apart)
 
 
@@ -57,6 +61,7 @@ class Layout:
     bounds_axes: int = 0                              # most axes of a checked array (record size)
     prints: bool = False                              # the task prints: the print buffer is bound last
     spilled_shapes: tuple = ()                        # ("shape", a, axis, i32) read from the shape table
+    spilled_scalars: tuple = ()                       # ("scalar", i, dtype) read from the scalar table
 
     @property
     def flag_binding(self):
@@ -75,6 +80,14 @@ class Layout:
         if not self.spilled_shapes:
             return None
         return len(self.bindings) + (self.flag_binding is not None) + (self.heap is not None) + self.prints
+
+    @property
+    def scalar_binding(self):
+        """Binding of the scalar table (scalars past the push-constant budget), after the shape table; or None."""
+        if not self.spilled_scalars:
+            return None
+        return len(self.bindings) + (self.flag_binding is not None) + (self.heap is not None) + self.prints + (
+            self.shape_binding is not None)
 
     @property
     def loop_cut_word(self):
@@ -143,7 +156,15 @@ def plan_layout(kernel, task, features, homes=None, bounds_check=False, coarsen=
     narrow = [i for i in sorted(scalars) if by_index[i].dtype.nbytes != 8]
     lay.push_fields = [("scalar", i, by_index[i].dtype) for i in wide + narrow]
     extents = [("shape", a, axis, T.i32) for a, axis in sorted(shapes)]
-    if extents and sum(pf[-1].nbytes for pf in lay.push_fields + extents) > PUSH_BUDGET_BYTES:
+    if _nbytes(lay.push_fields) + 4 * bool(extents) > PUSH_BUDGET_BYTES:   # too many scalars: spill the last
+        if _nbytes(extents) + 4 > PUSH_BUDGET_BYTES:
+            lay.spilled_shapes, extents = tuple(extents), [("shape_table", T.u32)]
+        room, keep = PUSH_BUDGET_BYTES - _nbytes(extents) - 4, 0
+        while _nbytes(lay.push_fields[:keep + 1]) <= room and keep < len(lay.push_fields):
+            keep += 1
+        lay.spilled_scalars, lay.push_fields = tuple(lay.push_fields[keep:]), lay.push_fields[:keep]
+        extents = extents + [("scalar_table", T.u32)]
+    elif extents and sum(pf[-1].nbytes for pf in lay.push_fields + extents) > PUSH_BUDGET_BYTES:
         lay.spilled_shapes, extents = tuple(extents), [("shape_table", T.u32)]
     lay.push_fields += extents
     offset, fmt = 0, "<"
@@ -162,6 +183,10 @@ def plan_layout(kernel, task, features, homes=None, bounds_check=False, coarsen=
         parts = [p for p, h in zip(stack_shapes(task), lay.homes) if h == BUFFER]
         lay.heap = StackHeap(len(lay.bindings) + 1, tuple(parts))
     return lay
+
+
+def _nbytes(fields):
+    return sum(8 if f[-1] == T.f64 else 4 for f in fields)
 
 
 # ---- declarations ---------------------------------------------------------------------------------------
@@ -202,6 +227,8 @@ class Memory:
             self.prints = self.buffer_variable(self.u32, layout.print_binding, "print_buffer")
         if layout.shape_binding is not None:
             self.shape_table = self.buffer_variable(self.u32, layout.shape_binding, "shape_table")
+        if layout.scalar_binding is not None:
+            self.scalar_table = self.buffer_variable(self.u32, layout.scalar_binding, "scalar_table")
         self.push_var = None
         if layout.push_fields:
             members = [L.storage_ty(pf[-1]) for pf in layout.push_fields]
@@ -265,6 +292,17 @@ class Memory:
             at = L.f.emit(Op.OpIAdd, self.u32, out[("shape_table",)], L.u32c(k))
             word = L.f.emit(Op.OpLoad, self.u32, L.f.emit(Op.OpAccessChain, word_t, self.shape_table, L.i32c(0), at))
             out[pf[:-1]] = L.emit(Op.OpBitcast, T.i32, word)
+        if self.lay.spilled_scalars:   # the launch's entry in the scalar table's ring (u32 words, low first)
+            word_t, at = L.m.type_pointer(StorageClass.StorageBuffer, self.u32), 0
+            base = L.f.emit(Op.OpBitwiseAnd, self.u32, out[("scalar_table",)], L.u32c(SCALAR_RING_WORDS - 1))
+            for pf in self.lay.spilled_scalars:
+                n, dt = 2 if pf[-1] == T.f64 else 1, pf[-1]
+                v = [L.f.emit(Op.OpLoad, self.u32, L.f.emit(Op.OpAccessChain, word_t, self.scalar_table, L.i32c(0),
+                                                            L.f.emit(Op.OpIAdd, self.u32, base, L.u32c(at + w))))
+                     for w in range(n)]
+                v, at = v[0] if n == 1 else L.f.emit(Op.OpCompositeConstruct, L.m.type_vector(self.u32, 2), *v), at + n
+                out[pf[:-1]] = L.emit(Op.OpINotEqual, T.u1, v, L.u32c(0)) if dt.is_bool else \
+                    v if dt == T.u32 else L.emit(Op.OpBitcast, dt, v)
         return out
 
     # ---- global memory ----

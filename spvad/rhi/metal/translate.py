@@ -1,5 +1,6 @@
 """SPIR-V -> Metal Shading Language through SPIRV-Cross, with an explicit, checked buffer-index mapping: binding k
-(arrays, adstack flags, adstack heap, print buffer, shape table) -> [[buffer(k)]], push constants -> [[buffer(n)]], n = number of bindings.
+(arrays, adstack flags, adstack heap, print buffer, shape table, scalar table) -> [[buffer(k)]], push constants ->
+[[buffer(n)]], n = number of bindings.
 Pure (no Metal): tested on Linux."""
 import re
 import struct
@@ -51,13 +52,15 @@ class MslProgram:
 def translate(lowered, name="kernel"):
     """MslProgram of a LoweredTask (compiled with METAL_FEATURES for valid MSL). Its bindings are the arrays,
     then the adstack flag buffer, then the adstack heap (buffer-home stacks), then the print buffer
-    (kernel print), then the shape table (extents past the push-constant budget), numbered without gaps."""
+    (kernel print), then the shape table (extents past the push-constant budget), then the scalar table
+    (scalars past it), numbered without gaps."""
     extra = [("flag buffer", lowered.flag_binding)]
     heap = getattr(lowered, "stack_heap", None)
     if heap is not None:
         extra.append(("adstack heap", heap.binding))
     extra.append(("print buffer", getattr(lowered, "print_binding", None)))
     extra.append(("shape table", getattr(lowered, "shape_binding", None)))
+    extra.append(("scalar table", getattr(lowered, "scalar_binding", None)))
     expected = len(lowered.bindings)
     for what, binding in extra:
         if binding is not None:

@@ -322,3 +322,35 @@ def test_shape_table_binding_follows_the_others(grad):
         break
     else:
         pytest.fail("no task took its extents from the shape table")
+
+
+@sp.kernel
+def blend_by_value(a: sp.Array, b: sp.Array, c: sp.Array, d: sp.Array, dst: sp.Array, m0: sp.mat4, m1: sp.mat4,
+                   m2: sp.mat4):
+    for i, j in sp.ndrange(a.shape[0], a.shape[7]):
+        dst[i, 0, 1, 0, 1, 0, 1, j] = sp.trace(m0 @ m1 @ m2) * a[i, 0, 1, 0, 1, 0, 1, j] * b[i, 0, 0, 0, 0, 0, 0, j] \
+            + c[i, 0, 0, 0, 0, 0, 0, j] * d[i, 0, 1, 0, 0, 0, 0, j]
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_scalar_table_binding_follows_the_shape_table(grad):
+    """Scalars past the push budget (three mat4 by value: 192 bytes) come from the scalar table, bound after
+    the shape table, the last [[buffer(k)]] before the push constants."""
+    arrays = [sp.ndarray(sp.f32, (2, 1, 2, 1, 2, 1, 2, 3), needs_grad=True) for _ in range(5)]
+    mats = [sp.mat4.identity()] * 3
+    ck = blend_by_value._compiled(blend_by_value._bind((*arrays, *mats))[0], "reverse" if grad else "primal",
+                                  features=METAL_FEATURES)
+    for ct in ck.tasks:
+        low = ct.lowered
+        if not (low.spilled_scalars and low.spilled_shapes):
+            continue
+        prog = translate(low, ct.task.name)
+        names = expected_names(ck, low) + (["print_buffer"] if low.print_binding is not None else []) + \
+            ["shape_table", "scalar_table"]
+        assert (low.shape_binding, low.scalar_binding) == (len(names) - 2, len(names) - 1)
+        assert prog.num_buffers == len(names) and low.push_size <= 128
+        assert {idx: arg for space, _, arg, idx in prog.buffer_args if space == "device"} == dict(enumerate(names))
+        assert prog.push_index == len(names)
+        break
+    else:
+        pytest.fail("no task took its scalars from the scalar table")
