@@ -141,11 +141,23 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
         return list_literal(self, node)
 
     def visit_BinOp(self, node):
-        if isinstance(node.op, ast.Mult) and (isinstance(node.left, ast.List) or isinstance(node.right, ast.List)):
+        def repeats_list(n):
+            return isinstance(n.op, ast.Mult) and (isinstance(n.left, ast.List) or isinstance(n.right, ast.List))
+
+        if repeats_list(node):
             return repeated_list(self, node)
-        if type(node.op) not in self.OPS:
-            self.error("unsupported operator")
-        return self.binop(self.OPS[type(node.op)], self.visit(node.left), self.visit(node.right))
+        # `a + b + c + ...` nests leftwards, one level per operator: folded in a loop, in Python's order (the
+        # left operand, then each right one), since one expression may chain thousands of terms
+        chain = []
+        while isinstance(node, ast.BinOp) and not repeats_list(node):
+            if type(node.op) not in self.OPS:
+                self.error("unsupported operator")
+            chain.append(node)
+            node = node.left
+        value = self.visit(node)
+        for n in reversed(chain):
+            value = self.binop(self.OPS[type(n.op)], value, self.visit(n.right))
+        return value
 
     def visit_UnaryOp(self, node):
         sym = {ast.USub: "-", ast.UAdd: "+", ast.Not: "not", ast.Invert: "~"}[type(node.op)]

@@ -8,6 +8,10 @@ from ..errors import CompileError
 from ..ir.nodes import Loc
 
 _MISSING = object()
+# The deepest nesting a kernel or func may have (levels of the AST: `a + b + c` nests one per operator): far past
+# what hand-written code needs, and what compiles in seconds; deeper code is refused with the line to split.
+# (Past the caller's recursion limit, the compile runs on a deep stack: ir/deep_stack.py.)
+MAX_NESTING = 10_000
 _parsed = {}   # code object -> (AST, file name, first line, lines)
 _variables = {}   # id of a function's AST -> (the AST, FunctionSource.variables of it)
 
@@ -25,7 +29,28 @@ def _parse(fn):
     tree = next((n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
     if not isinstance(tree, ast.FunctionDef):
         raise CompileError(f"{fn.__name__} is not a plain function definition")
-    return tree, inspect.getsourcefile(fn) or "<unknown>", first, lines
+    filename = inspect.getsourcefile(fn) or "<unknown>"
+    depth, lineno = _deepest(tree)
+    if depth > MAX_NESTING:
+        text = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
+        raise CompileError(f"{fn.__name__}: an expression here is nested too deeply ({depth:,} levels; spvad "
+                           f"compiles at most {MAX_NESTING:,}): split it into several statements, e.g. partial "
+                           "sums", filename, first + lineno - 1, text[:120] + (" ..." if len(text) > 120 else ""))
+    return tree, filename, first, lines
+
+
+def _deepest(tree):
+    """(depth, line in the parsed block) of the most deeply nested node of `tree`; walked in a loop, not by
+    recursion (one expression may nest thousands of operators)."""
+    best, line = 0, 1
+    pending = [(tree, 1, 1)]
+    while pending:
+        node, depth, lineno = pending.pop()
+        lineno = getattr(node, "lineno", lineno)
+        if depth > best:
+            best, line = depth, lineno
+        pending.extend((child, depth + 1, lineno) for child in ast.iter_child_nodes(node))
+    return best, line
 
 
 def _block_by_indentation(fn):

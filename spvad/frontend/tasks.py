@@ -94,11 +94,15 @@ class TasksMixin:
         self.task = None
 
     def continues_this_loop(self, node):
-        if isinstance(node, ast.Continue):
-            return True
-        if isinstance(node, (ast.For, ast.While, ast.FunctionDef)):
-            return False
-        return any(self.continues_this_loop(c) for c in ast.iter_child_nodes(node))
+        """Whether `node` holds a `continue` of the loop it is in (none nested in an inner loop or def)."""
+        pending = [node]   # (a walk, not recursion: one expression may nest thousands of operators)
+        while pending:
+            node = pending.pop()
+            if isinstance(node, ast.Continue):
+                return True
+            if not isinstance(node, (ast.For, ast.While, ast.FunctionDef)):
+                pending.extend(ast.iter_child_nodes(node))
+        return False
 
     def parallel_dims(self, node):
         """The AST argument lists of each parallel dimension: [(args...)] for range/ndrange; (array, axis) for
