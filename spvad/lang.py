@@ -3,6 +3,8 @@
 Each is an ordinary Python function too (numpy semantics), tagged with `_spvad_builtin` so the frontend
 recognises it by identity and compiles it instead of calling it.
 """
+import math
+
 import numpy as np
 
 
@@ -59,6 +61,45 @@ max = _builtin("max", lambda *xs: np.maximum.reduce(xs))
 clamp = _builtin("clamp", lambda x, lo, hi: np.clip(x, lo, hi))
 select = _builtin("select", lambda c, a, b: np.where(c, a, b))
 cast = _builtin("cast", lambda v, dtype: dtype.np.type(v))
+
+
+# the math library (kernels: ir/math_functions.py's expansions); numpy's functions, or these definitions
+def _float(x):
+    x = np.asarray(x)
+    return x if x.dtype.kind == "f" else x.astype(np.float64)
+
+
+def _math_ufunc(fn):
+    """Python's math.<fn> per element (numpy has no erf), in the input's float dtype."""
+    def per_element(x):
+        x = _float(x)
+        return np.vectorize(fn, otypes=[np.float64])(x).astype(x.dtype)[()]
+    return per_element
+
+
+def _sigmoid(x):
+    x = _float(x)
+    q = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + q), q / (1 + q))[()]
+
+
+def _smoothstep(e0, e1, x):
+    t = np.clip((np.asarray(x) - e0) / (np.asarray(e1) - e0), 0, 1)
+    return t * t * (3 - 2 * t)
+
+
+def _lerp(a, b, t):
+    return np.asarray(a) * (1 - np.asarray(t)) + np.asarray(b) * t
+
+
+_LIBRARY = {"asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "cbrt": np.cbrt, "trunc": np.trunc,
+            "exp10": lambda x: np.power(_float(x).dtype.type(10), x), "erf": _math_ufunc(math.erf),
+            "erfc": _math_ufunc(math.erfc), "sigmoid": _sigmoid, "softplus": lambda x: np.logaddexp(_float(x), 0),
+            "log_sigmoid": lambda x: -np.logaddexp(-_float(x), 0), "square": np.square, "degrees": np.degrees,
+            "radians": np.radians, "copysign": np.copysign, "logaddexp": np.logaddexp, "where": np.where,
+            "lerp": _lerp, "mix": _lerp, "smoothstep": _smoothstep}
+for _name, _fn in _LIBRARY.items():
+    globals()[_name] = _builtin(_name, lambda *a, _f=_fn: _f(*a))
 
 
 # vectors (outside kernels: numpy arrays whose last axis holds the components)
@@ -143,7 +184,7 @@ ndrange._spvad_builtin = "ndrange"
 __all__ = ["Array", "template", "dot", "cross", "length", "normalize", "transpose", "trace", "determinant", "inverse",
            "outer", "svd", "polar_decompose",
            "atan2", "hypot", "fmod", "pow", "min", "max", "clamp", "select", "cast", "atomic_add", "atomic_max",
-           "atomic_min", "static", "ndrange", *_NUMPY_UNARY]
+           "atomic_min", "static", "ndrange", *_NUMPY_UNARY, *_LIBRARY]
 
 # random numbers (frontend/random_numbers.py): inside kernels only, where sp.init's random_seed and the launch
 # decide them
@@ -176,3 +217,88 @@ jvp = _host_only("jvp")
 vjp = _host_only("vjp")
 stop_gradient = _builtin("stop_gradient", lambda v: v)
 __all__ += ["grad", "value_and_grad", "jacobian", "hessian", "jvp", "vjp", "stop_gradient"]
+
+# quaternions, as Warp's: q = (x, y, z, w) a 4-vector, w the real part (conventions: frontend/quaternions.py);
+# outside kernels, numpy arrays whose last axis holds the components
+def _quat(v, w):
+    return np.concatenate([v, np.expand_dims(w, -1)], axis=-1)
+
+
+def _quat_mul(p, q):
+    p, q = np.asarray(p), np.asarray(q)
+    pv, pw, qv, qw = p[..., :3], p[..., 3], q[..., :3], q[..., 3]
+    return _quat(pw[..., None] * qv + qw[..., None] * pv + np.cross(pv, qv), pw * qw - np.sum(pv * qv, -1))
+
+
+def _quat_rotate(q, v, sign=1.0):
+    q, v = np.asarray(q), np.asarray(v)
+    qv, w = q[..., :3], q[..., 3:]
+    return v * (2 * w * w - 1) + sign * np.cross(qv, v) * w * 2 + qv * np.sum(qv * v, -1, keepdims=True) * 2
+
+
+def _quat_conjugate(q):
+    q = np.asarray(q)
+    return _quat(-q[..., :3], q[..., 3])
+
+
+def _quat_to_axis_angle(q):
+    q = np.asarray(q)
+    v, w = q[..., :3], q[..., 3]
+    norm = np.sqrt(np.sum(v * v, -1))
+    scale = np.where(w < 0, -1.0, 1.0) / np.where(norm > 0, norm, 1.0)
+    return v * scale[..., None].astype(v.dtype), 2 * np.arctan2(norm, np.abs(w))
+
+
+def _quat_from_matrix(m):
+    """Shepperd's method (Warp's): the trace's branch where tr >= 0, else the largest diagonal's."""
+    m = np.asarray(m)
+    a = [[m[..., i, j] for j in range(3)] for i in range(3)]
+    tr = a[0][0] + a[1][1] + a[2][2]
+    h = np.sqrt(np.maximum(tr + 1, 1e-30))
+    q = np.stack([(a[2][1] - a[1][2]) * 0.5 / h, (a[0][2] - a[2][0]) * 0.5 / h, (a[1][0] - a[0][1]) * 0.5 / h,
+                  0.5 * h], -1)
+    by_diagonal = []
+    for i in range(3):
+        j, k = (i + 1) % 3, (i + 2) % 3
+        h = np.sqrt(np.maximum(a[i][i] - (a[j][j] + a[k][k]) + 1, 1e-30))
+        c = [None] * 4
+        c[i], c[j], c[k], c[3] = 0.5 * h, (a[i][j] + a[j][i]) * 0.5 / h, (a[k][i] + a[i][k]) * 0.5 / h, \
+            (a[k][j] - a[j][k]) * 0.5 / h
+        by_diagonal.append(np.stack(c, -1))
+    first = a[1][1] > a[0][0]
+    second = a[2][2] > np.where(first, a[1][1], a[0][0])
+    pick = np.where(second[..., None], by_diagonal[2], np.where(first[..., None], by_diagonal[1], by_diagonal[0]))
+    q = np.where((tr >= 0)[..., None], q, pick)
+    return q / np.sqrt(np.sum(q * q, -1, keepdims=True))
+
+
+def _quat_slerp(q0, q1, t):
+    axis, angle = _quat_to_axis_angle(_quat_mul(quat_inverse(q0), q1))
+    return _quat_mul(q0, quat_from_axis_angle(axis, np.asarray(t) * angle))
+
+
+def _quat_rpy(roll, pitch, yaw):
+    """q_z(yaw) q_y(pitch) q_x(roll)."""
+    (cr, sr), (cp, sp), (cy, sy) = [(np.cos(np.asarray(a) * 0.5), np.sin(np.asarray(a) * 0.5))
+                                    for a in (roll, pitch, yaw)]
+    return np.stack([cy * sr * cp - sy * cr * sp, cy * cr * sp + sy * sr * cp, sy * cr * cp - cy * sr * sp,
+                     cy * cr * cp + sy * sr * sp], -1)
+
+
+quat_identity = _builtin("quat_identity", lambda dtype=None: np.array(
+    [0, 0, 0, 1], dtype=np.float32 if dtype is None else dtype.np))
+quat_mul = _builtin("quat_mul", _quat_mul)
+quat_conjugate = _builtin("quat_conjugate", _quat_conjugate)
+quat_inverse = _builtin("quat_inverse", lambda q: _quat_conjugate(q) / np.sum(np.asarray(q) ** 2, -1, keepdims=True))
+quat_rotate = _builtin("quat_rotate", _quat_rotate)
+quat_rotate_inv = _builtin("quat_rotate_inv", lambda q, v: _quat_rotate(q, v, -1.0))
+quat_from_axis_angle = _builtin("quat_from_axis_angle", lambda axis, angle: _quat(
+    np.asarray(axis) * np.sin(np.asarray(angle) * 0.5)[..., None], np.cos(np.asarray(angle) * 0.5)))
+quat_to_matrix = _builtin("quat_to_matrix", lambda q: np.stack([_quat_rotate(q, e) for e in np.eye(3)], -1))
+quat_from_matrix = _builtin("quat_from_matrix", _quat_from_matrix)
+quat_slerp = _builtin("quat_slerp", _quat_slerp)
+quat_rpy = _builtin("quat_rpy", _quat_rpy)
+quat_to_axis_angle = _builtin("quat_to_axis_angle", _quat_to_axis_angle)
+__all__ += ["quat_identity", "quat_mul", "quat_conjugate", "quat_inverse", "quat_rotate", "quat_rotate_inv",
+            "quat_from_axis_angle", "quat_to_matrix", "quat_from_matrix", "quat_slerp", "quat_rpy",
+            "quat_to_axis_angle"]

@@ -4,7 +4,7 @@ kinds of callee (dtypes, vector types, @sp.func functions, bound methods, deriva
 A row is `row(b, fn, node)`; rows.py turns functions of visited values into rows. Adding a builtin = one
 function and one row in its module's table."""
 from .. import types as T
-from . import arrays, derivatives, funcs, matrices, random_numbers, scalar_calls, vectors
+from . import arrays, derivatives, funcs, math_library, matrices, quaternions, random_numbers, scalar_calls, vectors
 from .methods import BoundMethod, UnboundMethod, call_method, call_unbound
 from .printing import print_call
 from .rows import with_callee
@@ -24,11 +24,11 @@ def merged(*tables):
 tensor_row = with_callee(matrices.tensor_call)   # sp.vec3(...), sp.Matrix([...]), sp.mat3.identity()
 
 # sp.<name>: functions of spvad/lang.py tagged `_spvad_builtin = name`
-SP_BUILTINS = merged(scalar_calls.CALLS, vectors.CALLS, matrices.CALLS, arrays.CALLS, random_numbers.CALLS,
-                     derivatives.CALLS)
+SP_BUILTINS = merged(scalar_calls.CALLS, math_library.CALLS, vectors.CALLS, matrices.CALLS, arrays.CALLS,
+                     random_numbers.CALLS, derivatives.CALLS, quaternions.CALLS)
 
 # Python objects, by identity
-PYTHON_CALLS = merged(scalar_calls.PYTHON_CALLS, matrices.PYTHON_CALLS,
+PYTHON_CALLS = merged(scalar_calls.PYTHON_CALLS, math_library.PYTHON_CALLS, matrices.PYTHON_CALLS,
                       {print: lambda b, fn, node: print_call(b, node), T.Vector: tensor_row, T.Matrix: tensor_row})
 
 # kinds of callee, by type
