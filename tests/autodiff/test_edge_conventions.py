@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
+from tests.elementwise import elementwise
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -76,32 +77,6 @@ def f_vec_max(v):
 @sp.func
 def f_vec_min(v):
     return v.min()
-
-
-def elementwise(f, nargs):
-    """`y[i] = f(args[i])`, and the summed form `loss[None] += f(args[i])` for sp.Tape."""
-    if nargs == 1:
-        @sp.kernel
-        def one(a: sp.Array, y: sp.Array):
-            for i in range(a.shape[0]):
-                y[i] = f(a[i])
-
-        @sp.kernel
-        def one_sum(a: sp.Array, loss: sp.Array):
-            for i in range(a.shape[0]):
-                loss[None] += f(a[i])
-        return one, one_sum
-
-    @sp.kernel
-    def two(a: sp.Array, b: sp.Array, y: sp.Array):
-        for i in range(a.shape[0]):
-            y[i] = f(a[i], b[i])
-
-    @sp.kernel
-    def two_sum(a: sp.Array, b: sp.Array, loss: sp.Array):
-        for i in range(a.shape[0]):
-            loss[None] += f(a[i], b[i])
-    return two, two_sum
 
 
 # ---- points -----------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
+from tests.elementwise import elementwise
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -121,43 +122,6 @@ ROWS = {
               points((1.0, 1.0), (2.0, 1.0)), 0),
 }
 FUNCS = {name: f_where if name == "where" else func(name, row[0]) for name, row in ROWS.items()}
-
-
-def elementwise(f, nargs):
-    """`y[i] = f(args[i])`, and the summed form `loss[None] += f(args[i])` for sp.Tape."""
-    if nargs == 1:
-        @sp.kernel
-        def one(a: sp.Array, y: sp.Array):
-            for i in range(a.shape[0]):
-                y[i] = f(a[i])
-
-        @sp.kernel
-        def one_sum(a: sp.Array, loss: sp.Array):
-            for i in range(a.shape[0]):
-                loss[None] += f(a[i])
-        return one, one_sum
-    if nargs == 2:
-        @sp.kernel
-        def two(a: sp.Array, b: sp.Array, y: sp.Array):
-            for i in range(a.shape[0]):
-                y[i] = f(a[i], b[i])
-
-        @sp.kernel
-        def two_sum(a: sp.Array, b: sp.Array, loss: sp.Array):
-            for i in range(a.shape[0]):
-                loss[None] += f(a[i], b[i])
-        return two, two_sum
-
-    @sp.kernel
-    def three(a: sp.Array, b: sp.Array, c: sp.Array, y: sp.Array):
-        for i in range(a.shape[0]):
-            y[i] = f(a[i], b[i], c[i])
-
-    @sp.kernel
-    def three_sum(a: sp.Array, b: sp.Array, c: sp.Array, loss: sp.Array):
-        for i in range(a.shape[0]):
-            loss[None] += f(a[i], b[i], c[i])
-    return three, three_sum
 
 
 KERNELS = {name: elementwise(FUNCS[name], row[0]) for name, row in ROWS.items()}
