@@ -153,7 +153,7 @@ class Kernel:
             tapes = modes.tapes
             recorder = tapes[-1] if tapes else None
             fast = self._replay
-            if fast is not None and (recorder is None or not recorder.validation or not recording.validating()):
+            if fast is not None and (recorder is None or not recorder.validation or not recording.validating(self)):
                 scalars = fast.new_scalars(self, args)   # the recorded list itself for the very same objects
                 if scalars is not None and (scalars is fast.scalars or fast.threads_fixed or
                                             fast.same_threads(scalars)):
@@ -177,7 +177,7 @@ class Kernel:
                                                   # nothing there)
         scalars = self._fresh_random_key(ck, scalars)   # a Tape's entry keeps it for the gradient
         entry = recorder and recorder.before_launch(self, specs, arrays, captured, scalars, ck)
-        if recorder is not None and recording.validating():
+        if recorder is not None and recording.validating(self):
             self._checked_launch(specs, arrays, captured, scalars)
         else:
             records = launch(ck, arrays + captured, scalars)

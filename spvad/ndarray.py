@@ -326,6 +326,41 @@ class Ndarray:
             self._host_write("setitem", i)
             self._host().write(i * width, np.broadcast_to(np.asarray(value, self._np_dtype), (width,)))
 
+    def copy_from(self, src):
+        """Copy the values of `src` (same dtype and shape) into this array, on the device in launch order. A
+        Tape records it like a launch (the gradient flows from this array into src); inside sp.FwdMode the
+        `.dual` is copied too."""
+        if not getattr(src, "_spvad_ndarray", False) or (src.dtype, src.shape) != (self.dtype, self.shape):
+            what = f"{src.dtype} ndarray of shape {src.shape}" if getattr(src, "_spvad_ndarray", False) \
+                else type(src).__name__
+            raise ArgumentError(f"copy_from: needs an ndarray of {self.dtype} and shape {self.shape}, got {what}")
+        if src is self:
+            return self
+        if src._runtime is not self._runtime:
+            raise DeviceError("copy_from: the two ndarrays belong to different runtimes")
+        with runtime.LOCK:
+            tape, fwd, device = recording.current(), recording.modes.fwd, self._runtime.device
+            nbytes = max(self.size, 1) * self._np_dtype.itemsize
+            if tape is not None:
+                tape.copy_write(self, src)
+            if fwd and (self.dual is not None or src.dual is not None):
+                if self.dual is None:   # the derivative flows through the copy
+                    fwd[-1].give_dual(self, "", False)
+                fwd[-1].prepare([self, src])
+                if src.dual is None:
+                    self.dual.zero_on_device()
+                else:
+                    device.copy_buffer(src.dual.buffer, self.dual.buffer, nbytes)
+            self.version += 1
+            device.copy_buffer(src.buffer, self.buffer, nbytes)
+        return self
+
+    def clone(self):
+        """A new ndarray with this one's values (and a .grad / .dual when this one has them); a Tape records
+        the copy (gradients flow back into this array)."""
+        return Ndarray(self.dtype, self.shape, needs_grad=self.grad is not None,
+                       needs_dual=self.dual is not None).copy_from(self)
+
     # ---- pickle and copy: by value, into a new array (see the class docstring) ----
     def __reduce__(self):
         with runtime.LOCK:   # one consistent state: no launch of another thread between the reads
@@ -410,6 +445,11 @@ def live_with_grad():
     runtime.LOCK)."""
     rt = runtime.current()
     return [a for a in list(_with_grad) if a._runtime is rt]
+
+
+def copy(dst, src):
+    """`sp.copy(dst, src)`: dst.copy_from(src) (recorded by a Tape)."""
+    return dst.copy_from(src)
 
 
 def ndarray(dtype, shape, needs_grad=False, needs_dual=False):

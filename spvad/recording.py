@@ -36,12 +36,13 @@ def refuse_nesting(opening, open_one):
                         "forward-mode pass one after the other")
 
 
-def validating():
+def validating(kernel=None):
     """True inside a `Tape(validation=True)` when the runtime runs with debug=True, except in the launches
-    of a @grad_replaced function: their generated gradients never run (the supplied one does), so the
+    of a @grad_replaced function or of a @sp.no_grad `kernel`: their generated gradients never run, so the
     data access rule that protects those gradients does not apply to them."""
     tape = current()
-    return tape is not None and tape.validation and not tape.inside_custom and runtime.get().debug
+    return (tape is not None and tape.validation and not tape.inside_custom and runtime.get().debug
+            and not getattr(kernel, "no_grad", False))
 
 
 def read_marker(array):

@@ -5,7 +5,8 @@ the bookkeeping (plan.py) and the backward pass such a Tape repeats (planned_bac
 
 May import: the root's shared modules (ndarray, recording, runtime, types, errors) and launch, frontend, ir.
 Never imports kernel.py (a launch reaches the Tape through recording.py) nor interop."""
+from .controls import no_grad
 from .fwdmode import FwdMode
 from .tape import Tape, clear_all_gradients, grad_for, grad_replaced
 
-__all__ = ["Tape", "FwdMode", "clear_all_gradients", "grad_for", "grad_replaced"]
+__all__ = ["Tape", "FwdMode", "clear_all_gradients", "grad_for", "grad_replaced", "no_grad"]

@@ -14,9 +14,12 @@ def active():
 
 class FwdMode:
     """`with sp.FwdMode(loss=y, param=x, seed=[...]):` kernels launched inside run in forward mode;
-    afterwards `y.dual` holds the derivative of y along `seed` (default: all ones for a scalar x)."""
+    afterwards `y.dual` holds the derivative of y along `seed` (default: all ones for a scalar x).
+    `clear_gradients=True` (the default, as Quadrants) zeroes every `.dual` the block sees on entry, so a
+    second block over the same arrays gives the same tangent; False keeps (accumulates onto) them. The seed
+    is cleared on exit: `param.dual` is zero afterwards (unless param is loss itself)."""
 
-    def __init__(self, loss, param, seed=None):
+    def __init__(self, loss, param, seed=None, clear_gradients=True):
         for name, a in (("loss", loss), ("param", param)):
             if not getattr(a, "_spvad_ndarray", False):
                 raise ArgumentError(f"FwdMode({name}=...) needs an sp.ndarray, got {type(a).__name__}")
@@ -30,6 +33,7 @@ class FwdMode:
         if seed.size != param.size:
             raise ArgumentError(f"FwdMode: seed has {seed.size} entries, param has {param.size} elements")
         self.loss, self.param, self.seed = loss, param, seed.reshape(param.storage_shape)
+        self.clear_gradients = bool(clear_gradients)
         self.seen = {id(param)}
         self.temporary = []   # arrays given a .dual for this block only
 
@@ -48,7 +52,7 @@ class FwdMode:
         input, so the dual of what they overwrite becomes 0 (all of it, or the element at flat `index`)."""
         if id(array) not in self.seen:   # first seen here: all of its dual starts at 0, as prepare() does
             self.seen.add(id(array))
-            index = None
+            index = None if self.clear_gradients else index
         array.dual.zero_on_device(index)
 
     def prepare(self, arrays):
@@ -56,12 +60,14 @@ class FwdMode:
         for a in arrays:
             if a.dual is not None and id(a) not in self.seen:
                 self.seen.add(id(a))
-                a.dual.fill(0)
+                if self.clear_gradients:
+                    a.dual.fill(0)
 
     def __enter__(self):
         if recording.stack():
             recording.refuse_nesting("sp.FwdMode", "sp.Tape")
-        self.loss.dual.fill(0)
+        if self.clear_gradients:
+            self.loss.dual.fill(0)
         self.param.dual.from_numpy(self.seed)   # after: loss may be param itself (an in-place update)
         recording.modes.fwd.append(self)
         return self
@@ -74,4 +80,6 @@ class FwdMode:
         finally:
             for a in self.temporary:
                 a.dual = None
+            if self.param is not self.loss:   # the seed is cleared on exit, as Quadrants does
+                self.param.dual.fill(0)
         return False

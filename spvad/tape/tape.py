@@ -17,6 +17,7 @@ from ..frontend.random_numbers import random_key_index
 from ..ndarray import Ndarray, live_with_grad, next_serial, set_on_device
 from . import planned_backward
 from .checkpoints import Checkpoints, StateView
+from .controls import BoundCustomGradient, record_copy
 from .plan import Follower, PlanBuilder, PlannedEntry, Step
 
 HOST_CALLS = {"fill": "{}.fill(...)", "from_numpy": "{}.from_numpy(...)", "setitem": "{}[...] = value"}
@@ -28,6 +29,7 @@ class Tape:
     clear_gradients=False), seeds loss.grad = 1 and runs the recorded gradients in reverse order, each
     seeing the array contents its launch saw."""
     plans = True   # follows the plan of the thread's last Tape, and leaves its own (tape/plan.py)
+    copy_write = record_copy   # ndarray.copy_from reports to it (controls.py)
 
     def __init__(self, loss=None, validation=False, checkpoint_budget=None, clear_gradients=True):
         if loss is not None:
@@ -80,6 +82,11 @@ class Tape:
         keeps what the launch will overwrite. Returns the entry to complete with `after_launch`, or None
         (launches inside a replaced function). `replay`: the launch's launch.Replay, which keeps its recipe."""
         everything = arrays + captured
+        if getattr(kernel, "no_grad", False):   # @sp.no_grad: no gradient; what it overwrites is still kept
+            self.stop_plans()
+            self._register(kernel, ck, everything)
+            self._protect_writes(kernel, _writes(ck, everything), everything, scalars)
+            return None
         if self.follower is not None:
             step = None if self.inside_custom else self.follower.match(kernel, ck, arrays, everything, scalars)
             if step is not None:
@@ -461,10 +468,18 @@ class CustomGradient:
                     entry.needs.append((a, a.version))
                     tape.checkpoints.need(a, a.version)
 
+    def __get__(self, obj, objtype=None):   # a method: `self.f(...)` calls f(self, ...) under the same rules
+        return self if obj is None else BoundCustomGradient(self, obj)
+
+    @property
+    def grad(self):
+        """The supplied gradient: `f.grad(...)` runs the @sp.grad_for function."""
+        return lambda *args, **kwargs: self.backward(args, kwargs)
+
     def backward(self, args, kwargs):
         if self.grad_fn is None:
             raise ArgumentError(f"@sp.grad_replaced function {self.fn.__name__} has no @sp.grad_for gradient")
-        self.grad_fn(*args, **kwargs)
+        return self.grad_fn(*args, **kwargs)
 
 
 def grad_replaced(fn):

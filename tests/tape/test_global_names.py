@@ -166,6 +166,7 @@ def test_fwd_mode_and_k_fwd_read_the_rebound_array(rng):
             scaled(y)
         v = dual_in.to_numpy().astype(np.float64)
         np.testing.assert_allclose(y.dual.to_numpy(), seed * (np.cos(v) - v * np.sin(v)), rtol=1e-5, atol=1e-6)
+        dual_in.dual.from_numpy(seed)   # (FwdMode cleared its seed on exit)
         scaled.fwd(y)   # k.fwd with the duals as they are: the same derivative
         np.testing.assert_allclose(y.dual.to_numpy(), seed * (np.cos(v) - v * np.sin(v)), rtol=1e-5, atol=1e-6)
 
