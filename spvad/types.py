@@ -1,4 +1,5 @@
 """Scalar dtypes of spvad (f32, f64, i32, u32, u1), vector and matrix types, and numpy-like type promotion."""
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +50,12 @@ DEFAULT_FLOAT, DEFAULT_INT = f32, i32
 
 
 
+def as_dtype(t):
+    """Python's `float`, `int` and `bool` as dtypes (f32, i32, u1, as Taichi and Warp read them); others as
+    they are."""
+    return f32 if t is float else i32 if t is int else u1 if t is bool else t
+
+
 MAX_COMPONENTS = 64   # a vector / matrix value is that many scalar IR values (per-thread registers)
 
 
@@ -68,6 +75,42 @@ def _literal(value, dtype, ndim):
         raise TypeError(f"expected a {'list' if ndim == 1 else 'list of equal-length lists'} of numbers, got {value!r}")
     dt = dtype or (f32 if arr.dtype.kind == "f" else i32)
     return arr.astype(dt.np)
+
+
+class _TypeOrValueMethod:
+    """`sp.Vector(3).zero()` on a type, and Taichi's `sp.Vector.zero(sp.f32, 3)` on the class: the class
+    spelling is `on_class` (one function object, so kernels find its row by identity)."""
+
+    def __init__(self, method, on_class):
+        self.method, self.on_class = method, on_class
+
+    def __get__(self, obj, owner=None):
+        return self.on_class if obj is None else types.MethodType(self.method, obj)
+
+
+def vector_zero(dtype, n):
+    """Taichi's `ti.Vector.zero(dt, n)`."""
+    return Vector(n, dtype).zero()
+
+
+def matrix_zero(dtype, n, m):
+    """Taichi's `ti.Matrix.zero(dt, n, m)`."""
+    return Matrix(n, m, dtype).zero()
+
+
+def matrix_identity(dtype, n):
+    """Taichi's `ti.Matrix.identity(dt, n)`."""
+    return Matrix(n, n, dtype).identity()
+
+
+def matrix_cols(columns):
+    """Taichi's `ti.Matrix.cols([c0, c1, ...])`: the matrix whose columns are the given vectors."""
+    return Matrix.rows(columns).T
+
+
+def matrix_rows(rows):
+    """Taichi's `ti.Matrix.rows([r0, r1, ...])`: the matrix whose rows are the given vectors."""
+    return _literal([np.asarray(r).reshape(-1) for r in rows], None, 2)
 
 
 class _LiteralOrType(type):
@@ -93,8 +136,7 @@ class Vector(metaclass=_LiteralOrType):
     dtype: DType = None
 
     def __post_init__(self):
-        if self.dtype is None:
-            object.__setattr__(self, "dtype", f32)
+        object.__setattr__(self, "dtype", f32 if self.dtype is None else as_dtype(self.dtype))
         if not _is_count(self.n) or not 1 <= self.n <= MAX_COMPONENTS:
             raise TypeError(f"sp.Vector: the width must be an int in 1..{MAX_COMPONENTS}, got {self.n!r}")
         object.__setattr__(self, "n", int(self.n))
@@ -124,6 +166,8 @@ class Vector(metaclass=_LiteralOrType):
     def zero(self):
         return np.zeros(self.n, self.dtype.np)
 
+    zero = _TypeOrValueMethod(zero, vector_zero)
+
 
 @dataclass(frozen=True)
 class Matrix(metaclass=_LiteralOrType):
@@ -137,8 +181,7 @@ class Matrix(metaclass=_LiteralOrType):
     dtype: DType = None
 
     def __post_init__(self):
-        if self.dtype is None:
-            object.__setattr__(self, "dtype", f32)
+        object.__setattr__(self, "dtype", f32 if self.dtype is None else as_dtype(self.dtype))
         for what, k in (("rows", self.n), ("columns", self.m)):
             if not _is_count(k) or k < 1:
                 raise TypeError(f"sp.Matrix: the number of {what} must be a positive int, got {k!r}")
@@ -177,6 +220,10 @@ class Matrix(metaclass=_LiteralOrType):
         if self.n != self.m:
             raise TypeError(f"{self.name}.identity(): the matrix is not square")
         return np.eye(self.n, dtype=self.dtype.np)
+
+    zero = _TypeOrValueMethod(zero, matrix_zero)
+    identity = _TypeOrValueMethod(identity, matrix_identity)
+    cols, rows = staticmethod(matrix_cols), staticmethod(matrix_rows)
 
     @staticmethod
     def diag(dim, val):

@@ -7,7 +7,7 @@ from .. import types as T
 from ..ir import nodes as N
 from ..ir.emit import PY_SCALARS, py_dtype
 from . import array_reads, calls
-from .arrays import captured_array, load_element, subscript_target, user_ndim
+from .arrays import captured_array, element_shape, load_element, subscript_target, user_ndim
 from .local_arrays import (constant_items, list_literal, local_group, read_element, read_local_element,
                            repeated_list, tuple_item)
 from .matrices import constant_matrix, matrix_attribute
@@ -81,6 +81,9 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
                 if not (base.needs_grad if node.attr == "grad" else base.needs_dual):
                     self.error(f"array '{base.name}' has no .{node.attr} (create it with needs_{node.attr}=True)")
                 return FieldRef(base, node.attr)
+            shape = element_shape(self, base)
+            if node.attr in ("n", "m") and len(shape) > "nm".index(node.attr):   # Taichi's a.n: a[i]'s width
+                return shape["nm".index(node.attr)]
             self.error(f"arrays have no attribute '{node.attr}' in kernels")
         if isinstance(base, VecValue) and node.attr in METHODS:   # v.dot(w), M.transpose(), ...
             return BoundMethod(base, node.attr)
@@ -118,7 +121,16 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
             return tuple_item(self, base, self.visit(node.slice))
         self.error("only arrays, shapes, vectors, matrices, tuples and lists can be indexed")
 
+    def visit_Slice(self, node):
+        """`v[a:b:c]` with compile-time bounds: a Python slice (vectors and tuples take it)."""
+        bounds = [None if e is None else self.visit(e) for e in (node.lower, node.upper, node.step)]
+        if not all(k is None or (isinstance(k, int) and not isinstance(k, bool)) for k in bounds):
+            self.error("slice bounds must be compile-time integers")
+        return slice(*bounds)
+
     def swizzle(self, v, attr):
+        if attr == "n":   # Taichi's v.n: the length, a compile-time constant
+            return v.n
         if not 1 <= len(attr) <= 4 or any(c not in COMPONENTS for c in attr):
             self.error(f"vectors have no attribute '{attr}' (use .x .y .z .w or v[k])")
         comps = [read_element(self, v, COMPONENTS[c]) for c in attr]

@@ -67,7 +67,12 @@ def choose(b, items, conds):
 
 # ---- reads ----
 def read_element(b, v, key):
-    """`v[k]` (a vector component), `M[i, j]` (a matrix element) or `M[i]` (a matrix row)."""
+    """`v[k]` (a vector component), `M[i, j]` (a matrix element), `M[i]` (a matrix row) or `v[a:b]` (a
+    shorter vector, constant bounds)."""
+    if isinstance(key, slice):
+        comps = v.comps[key] if len(v.shape) == 1 else b.error(f"a {v.name} cannot be sliced (only vectors)")
+        return VecValue(comps) if comps else b.error(f"the slice [{key.start}:{key.stop}:{key.step}] of a "
+                                                     f"{v.name} is empty")
     keys = element_key(b, v.shape, key, v.name)
     if len(keys) < len(v.shape):   # M[i]: a row
         rows = range(v.shape[0])
@@ -79,6 +84,8 @@ def read_element(b, v, key):
 def tuple_item(b, items, k):
     """`t[k]`: the item for a compile-time k (Python's indexing, negatives too); for a runtime k, selects over
     the items (numbers or kernel values, or equal-length rows of them), as for a vector or matrix value."""
+    if isinstance(k, slice):
+        return items[k]
     if isinstance(k, int) and not isinstance(k, bool):
         if not -len(items) <= k < len(items):
             b.error(f"index {k} out of range for a tuple of {len(items)}")
@@ -132,6 +139,8 @@ def local_group(b, node):
 def read_local_element(b, name, slots, key):
     """`buf[k]`, `M[i, j]` or `M[i]` of a local when an index is a runtime value; None when all are
     constants (the caller then reads the loaded value)."""
+    if isinstance(key, slice):   # constant bounds: the caller reads the loaded value
+        return None
     keys = element_key(b, slots.shape, key, slots_name(slots))
     if all(isinstance(k, int) for k in keys):
         return None
@@ -246,6 +255,8 @@ def assign_local_element(b, target, value, sym=None):
     slots = b.scope.names[name]
     b.check_same_task(name, slots)
     what = slots_name(slots)
+    if len(keys) == 1 and isinstance(keys[0], slice):
+        return assign_local_slice(b, name, slots, keys[0], value, sym)
     keys = element_key(b, slots.shape, tuple(keys), what)
     if not all(isinstance(k, int) for k in keys):
         return store_local_element(b, name, slots, keys, value, sym)
@@ -267,6 +278,20 @@ def assign_local_element(b, target, value, sym=None):
         if cond is not True:
             new = b.select(cond, new, old)
         b.store_local(f"{name}[{', '.join(map(str, position))}]", slot, new)
+
+
+def assign_local_slice(b, name, slots, key, value, sym):
+    """`v[a:b] = w` (`v[a:b] <sym>= w`) into a vector local, constant bounds: w a vector of the slice's
+    length, or a scalar for each component."""
+    picked = range(slots.shape[0])[key] if len(slots.shape) == 1 else b.error(
+        f"a {slots_name(slots)} cannot be sliced (only vectors)")
+    if not picked or (isinstance(value, VecValue) and value.shape != (len(picked),)):
+        b.error(f"the slice [{key.start}:{key.stop}:{key.step}] of '{name}' has {len(picked)} components, "
+                f"cannot assign a {value.name if isinstance(value, VecValue) else 'scalar'} to it")
+    for j, k in enumerate(picked):
+        part = value.comps[j] if isinstance(value, VecValue) else value
+        new = part if sym is None else b.binop(sym, b.emit(N.LocalLoad(slots.slots[k])), part)
+        b.store_local(f"{name}[{k}]", slots.slots[k], new)
 
 
 def positions(shape):

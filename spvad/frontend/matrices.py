@@ -177,4 +177,33 @@ CALLS = {"outer": positional(outer), "transpose": positional(transpose), "trace"
          "determinant": positional(determinant), "inverse": positional(inverse), "svd": positional(svd),
          "polar_decompose": positional(polar_decompose)}
 
-PYTHON_CALLS = {T.Matrix.diag: with_keywords(diag)}
+def taichi_constant(ttype_of, which):
+    """`sp.Vector.zero(dt, n)`, `sp.Matrix.zero(dt, n, m)`, `sp.Matrix.identity(dt, n)` (Taichi's spellings):
+    the type from compile-time arguments, then its constant."""
+    def body(b, args):
+        if not all(isinstance(a, int) and not isinstance(a, bool) for a in args[1:]):
+            b.error(f"the sizes given to .{which}(dtype, ...) must be compile-time integers")
+        try:
+            ttype = ttype_of(*[T.as_dtype(a) for a in args])
+        except TypeError as e:
+            b.error(str(e))
+        return constant_tensor(b, ttype, which)
+    return positional(body)
+
+
+def from_vectors(columns):
+    """`sp.Matrix.rows([r0, r1])` / `sp.Matrix.cols([c0, c1])` (Taichi's): a list of equal-length vectors."""
+    def body(b, args):
+        v = args[0] if len(args) == 1 else None
+        v = tuple_value(b, v) if isinstance(v, tuple) else v
+        if not isinstance(v, MatValue):
+            b.error(f"sp.Matrix.{'cols' if columns else 'rows'}(...) takes one list of equal-length vectors")
+        return b.transposed(v) if columns else v
+    return positional(body)
+
+
+PYTHON_CALLS = {T.Matrix.diag: with_keywords(diag),
+                T.matrix_rows: from_vectors(False), T.matrix_cols: from_vectors(True),
+                T.vector_zero: taichi_constant(lambda dt, n: T.Vector(n, dt), "zero"),
+                T.matrix_zero: taichi_constant(lambda dt, n, m: T.Matrix(n, m, dt), "zero"),
+                T.matrix_identity: taichi_constant(lambda dt, n: T.Matrix(n, n, dt), "identity")}

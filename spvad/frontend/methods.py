@@ -51,7 +51,16 @@ METHODS = {
     "norm_sqr": no_arguments(lambda b, v: vectors.dot(b, [v, v])), "sum": no_arguments(lambda b, v: b.sum_of(v.comps)),
     "max": no_arguments(lambda b, v: b.extremum(Op.MAX, *v.comps)),   # ties share the derivative equally
     "min": no_arguments(lambda b, v: b.extremum(Op.MIN, *v.comps)),
+    "any": no_arguments(lambda b, v: any_or_all(b, "|", v)), "all": no_arguments(lambda b, v: any_or_all(b, "&", v)),
 }
+def any_or_all(b, sym, v):
+    """`v.any()` / `v.all()` (Taichi's): whether any / every component is true (non-zero), a bool."""
+    out = b.to_bool(v.comps[0])
+    for c in v.comps[1:]:
+        out = b.binop(sym, out, b.to_bool(c))
+    return out
+
+
 for _name, _method in METHODS.items():
     _method.name = _name
 

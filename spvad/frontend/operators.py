@@ -42,9 +42,8 @@ class ValueEmitter(WeakFloats):
         if not isinstance(a, VecValue) and not isinstance(b, VecValue):
             return super().binop(sym, a, b)
         a_mat, b_mat = isinstance(a, MatValue), isinstance(b, MatValue)
-        if sym in COMPARISONS:
-            self.error("comparing matrices is not supported (compare their elements)" if a_mat or b_mat else
-                       "comparing vectors is not supported (compare their components)")
+        if sym in COMPARISONS and (a_mat or b_mat):   # vectors compare per component, into bool vectors
+            self.error("comparing matrices is not supported (compare their elements)")
         if (a_mat or b_mat) and is_vector(b if a_mat else a):
             self.error(f"cannot combine a {a.name} and a {b.name} element-wise (use @ for a product)")
         self.require_vector_operand(a)

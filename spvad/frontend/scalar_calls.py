@@ -116,11 +116,15 @@ def py_max(b, args):
 
 def py_int(b, args):
     v = one_arg(b, args, "int")
+    if isinstance(v, VecValue):   # per component, as numpy's astype
+        return b.elementwise(lambda c: py_int(b, [c]), v)
     return int(v) if isinstance(v, PY_SCALARS) else b.cast(v, T.i32)
 
 
 def py_float(b, args):
     v = one_arg(b, args, "float")
+    if isinstance(v, VecValue):   # per component; f64 components stay f64
+        return b.elementwise(lambda c: py_float(b, [c]), v)
     if isinstance(v, PY_SCALARS):
         return float(v)
     return b.cast(v, T.f64 if isinstance(v, N.Stmt) and v.dtype == T.f64 else T.f32)

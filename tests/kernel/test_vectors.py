@@ -533,9 +533,10 @@ def _k_vector_to_scalar(a: sp.Array):
         v = 1.0
 
 
-def _k_compare(a: sp.Array):
+def _k_compare(a: sp.Array):   # a comparison of vectors is a bool vector: .any() / .all() make a condition
     for i in range(a.shape[0]):
-        b = a[i] < a[i]
+        if a[i] < a[i]:
+            pass
 
 
 def _k_cross2(a: sp.Array):
@@ -551,11 +552,6 @@ def _k_components(a: sp.Array):
 def _k_store_into_scalar(a: sp.Array, s: sp.Array):
     for i in range(a.shape[0]):
         s[i] = a[i]
-
-
-def _k_float_of_vector(a: sp.Array):
-    for i in range(a.shape[0]):
-        x = float(a[i])
 
 
 def _k_swizzle(a: sp.Array):
@@ -574,11 +570,10 @@ ERRORS = [
     (_k_rebind_width, "3-vector", "v = sp.vec2"),
     (_k_scalar_to_vector, "holds a scalar", "s = a[i]"),
     (_k_vector_to_scalar, "holds a vector", "v = 1.0"),
-    (_k_compare, "comparing vectors", "a[i] < a[i]"),
+    (_k_compare, "cannot be used as a condition", "if a[i] < a[i]"),
     (_k_cross2, "two 3-vectors or two 2-vectors", "sp.cross"),
     (_k_components, "needs 3 components", "sp.vec3(1.0, 2.0)"),
     (_k_store_into_scalar, "expected a scalar", "s[i] = a[i]"),
-    (_k_float_of_vector, "expected a scalar", "float(a[i])"),
     (_k_swizzle, "no attribute", ".q"),
 ]
 
