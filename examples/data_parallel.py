@@ -104,6 +104,9 @@ def worker(rank, world, port, out, epochs):
         messages = sp.runtime.get().device.validation_messages()
         pathlib.Path(out).write_text(json.dumps({"rank": rank, "params": params, "loss": loss,
                                                  "device": sp.device_info()["name"], "messages": messages}))
+        # every rank done before any tears down: rank 0 hosts the store, and a rank still tearing down when it
+        # has gone aborted in gloo ("terminate called without an active exception", 2-3 runs in 8 with torch 2.13)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
