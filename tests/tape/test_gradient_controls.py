@@ -4,14 +4,11 @@ import numpy as np
 import pytest
 
 import spvad as sp
+from test_custom_gradients import rand, square, square_grad_scaled
 
 pytestmark = pytest.mark.backends   # Vulkan, the interpreter, and Vulkan with debug=True
 
 N = 9
-
-
-def rand(rng, shape, lo=0.2, hi=1.2):
-    return (np.where(rng.random(shape) < 0.5, -1.0, 1.0) * rng.uniform(lo, hi, shape)).astype(np.float32)
 
 
 @sp.kernel
@@ -33,18 +30,6 @@ def diagnostic(y: sp.Array, d: sp.Array, loss: sp.Array):
     for i in range(y.shape[0]):
         d[i] = y[i] * y[i] * y[i]
         loss[None] += 100.0 * y[i]
-
-
-@sp.kernel
-def square(x: sp.Array, y: sp.Array):
-    for i in range(x.shape[0]):
-        y[i] = x[i] * x[i]
-
-
-@sp.kernel
-def square_grad_scaled(x: sp.Array, y: sp.Array, factor: sp.f32):
-    for i in range(x.shape[0]):
-        x.grad[i] += factor * 2.0 * x[i] * y.grad[i]
 
 
 def test_fwdmode_clears_duals_and_seed(rng):
