@@ -4,10 +4,15 @@ spvad's own RHI, benchmarks/limit/), on the same Vulkan device in one process: f
 one is reported as WRONG, not as a time), then a table of median times and ratios (spvad / other), headed by
 the device and the CPU model, and a JSON file in benchmarks/results/.
 
-Usage: python benchmarks/peers.py [--quick] [--only NAME[,NAME]] [--systems spvad,limit,taichi,quadrants,numpy]
-                                  [--repeat R] [--json PATH] [--no-install]
-The peers are pip-installed into this interpreter's environment when missing (so the test suite never needs
-them); a peer that cannot be installed, imported or started on Vulkan is reported as UNAVAILABLE.
+Usage: python benchmarks/peers.py [--quick] [--gpu] [--only NAME[,NAME]] [--repeat R] [--json PATH]
+                                  [--markdown PATH] [--no-install]
+                                  [--systems spvad,limit,taichi,quadrants,numpy,jax,torch,torch-compile,cuda,
+                                             quadrants-cuda]
+Taichi and Quadrants are pip-installed into this interpreter's environment when missing (so the test suite never
+needs them); a peer that cannot be installed, imported or started on Vulkan is reported as UNAVAILABLE. jax,
+torch and cuda (hand-written CUDA C through CuPy) run on their own default device (workloads/frameworks.py);
+quadrants-cuda is Quadrants on CUDA, timed in a pass of its own (one Quadrants runtime per process).
+--gpu picks sizes that fill a large GPU (GPU_SIZES) instead of lavapipe-sized ones.
 """
 import argparse
 import gc
@@ -24,10 +29,13 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")   # lavapipe warns without one
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 warnings.filterwarnings("ignore", message=".*Template mapper caching disabled")   # Quadrants, untimed fills
-from workloads import common, compile_latency, elementwise, integrator, launch, limit, mass_spring, mpm  # noqa: E402
+from workloads import common, compile_latency, elementwise, frameworks, integrator, launch, limit, mass_spring, mpm  # noqa: E402,E501
 
 WORKLOADS = (integrator, elementwise, mass_spring, mpm, launch, compile_latency)
-ALL_SYSTEMS = common.SYSTEMS + ("numpy",)
+ALL_SYSTEMS = common.SYSTEMS + ("numpy",) + frameworks.SYSTEMS + ("quadrants-cuda",)
+# sizes that fill an H100 (132 SMs x 2,048 threads = 270k threads): merged over each workload's full config
+GPU_SIZES = {"integrator": {"threads": 1 << 20}, "elementwise": {"n": 1 << 28},
+             "mass_spring": {"grid": 96}, "mpm": {"side": 512}}   # mass_spring: its float64 reference is numpy
 PEERS = {"taichi": ("taichi", "taichi==1.7.4", "1.7.4"), "quadrants": ("quadrants", "quadrants", None)}
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -77,7 +85,7 @@ def probe_child(system):
         if system == "spvad":
             common.init_spvad()
         else:
-            common.init_peer(system)
+            common.init_peer(system, arch="cuda" if system == "quadrants-cuda" else "vulkan")
         print("PROBE OK", flush=True)
     except Exception as e:  # noqa: BLE001
         print(f"PROBE FAIL {e}", flush=True)
@@ -113,11 +121,11 @@ def cpu_model():
 def run_workload(wl, systems, unavailable, args, rows):
     """Prepare every available system (arrays, kernels), then time each operation with all of them alive, so
     their repetitions can be interleaved; a system that fails to prepare is reported for every operation."""
-    cfg = wl.config(args.quick)
+    cfg = workload_config(wl, args)
     print(f"[{wl.NAME}] {wl.title(cfg)}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     ref = wl.reference(cfg)
-    systems = [s for s in systems if s in wl.SYSTEMS]
+    systems = [s for s in systems if runs(s, wl)]
     prepared, start = {}, len(rows)
     try:
         for system in systems:
@@ -127,7 +135,7 @@ def run_workload(wl, systems, unavailable, args, rows):
                 continue
             else:
                 try:
-                    prepared[system] = {op.name: op for op in getattr(wl, f"prepare_{system}")(cfg, ref)}
+                    prepared[system] = {op.name: op for op in prepare(wl, system, cfg, ref)}
                 except common.Unavailable as e:
                     rows += [common.row(wl.NAME, op, system, "UNAVAILABLE", detail=str(e)) for op in wl.OPS]
                 except Exception as e:  # noqa: BLE001 - one failing system must not stop the others
@@ -142,13 +150,51 @@ def run_workload(wl, systems, unavailable, args, rows):
         if "limit" in systems:
             limit.release()
         for system in systems:
-            if system in PEERS and system not in unavailable:
+            if system in common.PEER_MODULES and system not in unavailable:
                 common.release_peer(system)
         gc.collect()
     order = {s: i for i, s in enumerate(systems)}
     rows[start:] = sorted(rows[start:], key=lambda r: (wl.OPS.index(r["op"]), order[r["system"]]))
     print(f"  {time.perf_counter() - t0:.1f} s: " + ", ".join(
         f"{r['system']} {r['op']} {r['status']}" for r in rows[start:]), file=sys.stderr, flush=True)
+
+
+def workload_config(wl, args):
+    cfg = wl.config(args.quick)
+    return {**cfg, **{k: v for k, v in GPU_SIZES.get(wl.NAME, {}).items() if k in cfg}} if args.gpu else cfg
+
+
+def runs(system, wl):
+    """Whether `system` has an implementation of workload `wl`."""
+    if system == "quadrants-cuda":
+        return "quadrants" in wl.SYSTEMS and wl is not compile_latency
+    return system in wl.SYSTEMS or frameworks.supports(system, wl.NAME)
+
+
+def prepare(wl, system, cfg, ref):
+    if frameworks.supports(system, wl.NAME):
+        return frameworks.prepare(system, wl.NAME, cfg, ref)
+    if system == "quadrants-cuda":     # the Taichi-like code of the workload, on Quadrants' CUDA backend
+        with common.peer_arch("quadrants", "cuda"):
+            return wl.prepare_quadrants(cfg, ref)
+    return getattr(wl, f"prepare_{system}")(cfg, ref)
+
+
+def availability(systems, args):
+    """{system: why it cannot run} for the systems that cannot."""
+    unavailable = {}
+    for system in systems:
+        if system in PEERS or system == "quadrants-cuda":
+            why = ensure_installed(system.split("-")[0], not args.no_install)
+            unavailable[system] = why or probe(system)
+        elif system in frameworks.SYSTEMS:
+            unavailable[system] = frameworks.unavailable(system)
+        elif system == "spvad":
+            unavailable[system] = probe(system)
+        elif system == "limit":   # hand-written shaders on spvad's device: the shader tools and spvad must work
+            unavailable[system] = limit.missing_tools() or (
+                unavailable["spvad"] if "spvad" in unavailable else probe("spvad"))
+    return {s: why for s, why in unavailable.items() if why}
 
 
 # ---- reporting -------------------------------------------------------------------------------------------
@@ -171,7 +217,8 @@ def ratio(a, b):
     return f"{a['value'] / b['value']:.2f}"
 
 
-def table(rows, systems, titles):
+def cells(rows, systems):
+    """The table's header and rows of cells: workload, op, spvad's value, then each peer's value and ratio."""
     present = {r["system"] for r in rows}
     systems = [s for s in systems if s in present]
     peers = [s for s in systems if s != "spvad"]
@@ -179,7 +226,7 @@ def table(rows, systems, titles):
     header = ["workload", "op"] + (["spvad"] if have_spvad else [])
     for p in peers:
         header += [p] + ([f"spvad/{p}"] if have_spvad else [])
-    lines, seen = [], []
+    seen = []
     for r in rows:
         key = (r["workload"], r["op"])
         if key not in seen:
@@ -187,42 +234,73 @@ def table(rows, systems, titles):
     by = {(r["workload"], r["op"], r["system"]): r for r in rows}
     body = []
     for wl, op in seen:
-        cells = [wl, op]
+        line = [wl, op]
         sv = by.get((wl, op, "spvad"))
         if have_spvad:
-            cells.append(fmt_value(sv))
+            line.append(fmt_value(sv))
         for p in peers:
             pv = by.get((wl, op, p))
-            cells.append(fmt_value(pv))
+            line.append(fmt_value(pv))
             if have_spvad:
-                cells.append(ratio(sv, pv) if pv is not None else "")
-        body.append(cells)
+                line.append(ratio(sv, pv) if pv is not None else "")
+        body.append(line)
+    return header, body
+
+
+def table(rows, systems, titles):
+    header, body = cells(rows, systems)
+    lines = []
     widths = [max(len(str(c[i])) for c in [header] + body) for i in range(len(header))]
-    fmt = lambda cells: "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w)  # noqa: E731
-                                  for i, (c, w) in enumerate(zip(cells, widths)))
+    fmt = lambda line: "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w)  # noqa: E731
+                                 for i, (c, w) in enumerate(zip(line, widths)))
     lines.append(fmt(header))
     lines.append("  ".join("-" * w for w in widths))
     last = None
-    for cells in body:
-        if last is not None and cells[0] != last:
+    for line in body:
+        if last is not None and line[0] != last:
             lines.append("")
-        lines.append(fmt([cells[0] if cells[0] != last else "", *cells[1:]]))
-        last = cells[0]
+        lines.append(fmt([line[0] if line[0] != last else "", *line[1:]]))
+        last = line[0]
     groups = {}                 # one note per (system, status, reason), listing the operations it covers
     for r in rows:
         if r["status"] != "OK":
             groups.setdefault((r["system"], r["status"], r["detail"]), []).append(f"{r['workload']}/{r['op']}")
     notes = [f"  {system} {status} ({', '.join(ops)}): {detail}" for (system, status, detail), ops in groups.items()]
+    lines += bandwidth_notes(rows)
     out = ["", "Workloads:"] + [f"  {name}: {t}" for name, t in titles.items()] + [""] + lines
     if notes:
         out += ["", "Not timed:"] + notes
     return "\n".join(out)
 
 
+def bandwidth_notes(rows):
+    """Elementwise forward as a share of the same system's device-to-device copy (both read and write 4n
+    bytes): how close a memory-bound kernel comes to the memory's bandwidth."""
+    by = {(r["op"], r["system"]): r for r in rows if r["workload"] == "elementwise" and r["status"] == "OK"}
+    shares = [f"{system} {by[('d2d copy', system)]['value'] / r['value']:.0%}"
+              for (op, system), r in by.items() if op == "forward" and ("d2d copy", system) in by]
+    return ["", "elementwise forward, % of the same system's d2d copy bandwidth: " + ", ".join(shares)] if shares else []
+
+
+def markdown(meta, rows, systems, titles):
+    """The table as markdown, headed by the device, driver, CPU and date (README's GPU table)."""
+    header, body = cells(rows, systems)
+    dev = meta["device"]
+    out = [f"Device: {dev.get('name', dev.get('error'))}, driver {dev.get('driver')}; CPU: {meta['cpu']}; "
+           f"{time.strftime('%Y-%m-%d')}; `{meta['command']}`", "",
+           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in line) + " |" for line in body]
+    out += ["", "Workloads:"] + [f"- {name}: {t}" for name, t in titles.items()]
+    notes = {(r["system"], r["status"], r["detail"]) for r in rows if r["status"] != "OK"}
+    out += [""] + [f"- {system} {status}: {detail}" for system, status, detail in sorted(notes)] if notes else []
+    return "\n".join(out) + "\n"
+
+
 def metadata(args, systems, unavailable):
     info = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "quick": args.quick,
             "repeat": args.repeat, "warmup": 1, "sample_s": common.SAMPLE_S, "python": platform.python_version(), "machine": platform.node(),
-            "versions": {d: installed_version(d) for d in ("spvad", "taichi", "quadrants", "numpy")},
+            "versions": {d: installed_version(d) for d in ("spvad", "taichi", "quadrants", "numpy", "jax", "torch",
+                                                               "cupy-cuda12x")},
             "systems": list(systems), "unavailable": unavailable, "cpu": cpu_model()}
     try:
         import spvad as sp
@@ -237,6 +315,8 @@ def metadata(args, systems, unavailable):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, 3 repetitions: a smoke run")
+    ap.add_argument("--gpu", action="store_true", help="sizes that fill a large GPU (GPU_SIZES)")
+    ap.add_argument("--markdown", default="", help="also write the table as markdown to this file")
     ap.add_argument("--only", default="", help="comma-separated workloads: " +
                     ",".join(w.NAME for w in WORKLOADS))
     ap.add_argument("--systems", default=",".join(ALL_SYSTEMS))
@@ -267,17 +347,7 @@ def main():
         ap.error(f"unknown workload(s) {unknown}; choose from {','.join(w.NAME for w in WORKLOADS)}")
     workloads = [w for w in WORKLOADS if not names or w.NAME in names]
 
-    unavailable = {}
-    for system in systems:
-        if system in PEERS:
-            why = ensure_installed(system, not args.no_install)
-            unavailable[system] = why or probe(system)
-        elif system == "spvad":
-            unavailable[system] = probe(system)
-        elif system == "limit":   # hand-written shaders on spvad's device: the shader tools and spvad must work
-            unavailable[system] = limit.missing_tools() or (
-                unavailable["spvad"] if "spvad" in unavailable else probe("spvad"))
-    unavailable = {s: why for s, why in unavailable.items() if why}
+    unavailable = availability(systems, args)
     for s, why in unavailable.items():
         print(f"{s}: UNAVAILABLE: {why}", file=sys.stderr, flush=True)
 
@@ -285,9 +355,12 @@ def main():
     path = args.json or os.path.join(RESULTS, "peers-quick.json" if args.quick else "peers.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     rows, titles = [], {}
+    together = [s for s in systems if s != "quadrants-cuda" or "quadrants" not in systems]
     for wl in workloads:
-        titles[wl.NAME] = wl.title(wl.config(args.quick))
-        run_workload(wl, systems, unavailable, args, rows)
+        titles[wl.NAME] = wl.title(workload_config(wl, args))
+        run_workload(wl, together, unavailable, args, rows)
+        if len(together) < len(systems):    # Quadrants on CUDA after Quadrants on Vulkan: one runtime at a time
+            run_workload(wl, ["quadrants-cuda"], unavailable, args, rows)
         meta["total_s"] = round(time.perf_counter() - t_start, 1)
         with open(path, "w") as f:          # written after every workload: a crash keeps what was measured
             json.dump({"meta": meta, "workloads": titles, "results": rows}, f, indent=1)
@@ -298,6 +371,9 @@ def main():
           f"{common.SAMPLE_S * 1e3:.0f} ms: the mean of enough runs to last that long); ratio = spvad time / other time (< 1: spvad faster; "
           "spvad/limit: how far spvad is from hand-written GLSL on the same RHI, 1 = as fast)")
     print(table(rows, systems, titles))
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown(meta, rows, systems, titles))
     print(f"\nresults: {os.path.relpath(path)}; total {meta['total_s']} s")
 
 

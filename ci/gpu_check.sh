@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with an NVIDIA GPU and no network, run the test suite on the NVIDIA Vulkan driver,
-# then benchmarks/peers.py --quick (spvad, the hand-written limit, numpy); everything goes to stdout, and the log
-# and the benchmark JSON under $OUT when it is set. Under 8 minutes: tests 330 s, benchmark 150 s at most.
+# then benchmarks/peers.py --gpu (spvad, the hand-written limit, CUDA C, JAX, torch, numpy); everything goes to stdout,
+# and the log, the benchmark JSON and its markdown table under $OUT when it is set. Under 9 minutes: tests 330 s,
+# benchmark 200 s at most.
 #
 #   bash ci/gpu_check.sh --pack      here, with network: fill .gpu-kit/ (git-ignored, ~37 MB) with what the GPU
 #                                     machine lacks: the Vulkan loader, libglvnd, the validation layer, spirv-val,
@@ -134,10 +135,15 @@ if [ $TESTS = 1 ]; then
   rc=${PIPESTATUS[0]}; [ $rc = 124 ] && echo "TESTS TIMED OUT (330 s)"; [ $rc != 0 ] && status=1
 fi
 if [ $BENCH = 1 ]; then
-  echo "== benchmarks/peers.py --quick --systems spvad,limit,numpy"
-  timeout 150 "$PY" benchmarks/peers.py --quick --systems spvad,limit,numpy --no-install \
-    --json "${OUT:-benchmarks/results}/peers-gpu-quick.json" 2>&1 | tee ${OUT:+"$OUT"/peers.log}
-  rc=${PIPESTATUS[0]}; [ $rc = 124 ] && echo "BENCHMARK TIMED OUT (150 s)"; [ $rc != 0 ] && status=1
+  # GPU sizes (peers.py GPU_SIZES), against hand-written CUDA (CuPy), JAX and torch on the same GPU; the JSON and a
+  # markdown table (README's GPU table) go to $OUT. Quadrants on CUDA: a second run carrying its wheel, with
+  # --then "pip install --no-index quadrants-*.whl && python benchmarks/peers.py --gpu --systems spvad,quadrants-cuda"
+  echo "== benchmarks/peers.py --gpu --systems spvad,limit,cuda,jax,torch,numpy"
+  dest=${OUT:-benchmarks/results}
+  timeout 200 "$PY" benchmarks/peers.py --gpu --repeat 3 --systems spvad,limit,cuda,jax,torch,numpy --no-install \
+    --only integrator,elementwise,mass_spring,mpm,launch,reduce \
+    --json "$dest/peers-gpu.json" --markdown "$dest/peers-gpu.md" 2>&1 | tee ${OUT:+"$OUT"/peers.log}
+  rc=${PIPESTATUS[0]}; [ $rc = 124 ] && echo "BENCHMARK TIMED OUT (200 s)"; [ $rc != 0 ] && status=1
 fi
 if [ -n "$THEN" ]; then
   echo "== $THEN"

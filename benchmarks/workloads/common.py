@@ -1,6 +1,7 @@
 """Shared pieces of the peer benchmarks: bringing up each system on Vulkan, checking against float64
 references, and timing (a warm-up, then the median of interleaved repetitions, each ending with the
 system's own sync)."""
+import contextlib
 import dataclasses
 import importlib
 import statistics
@@ -11,7 +12,8 @@ from typing import Callable, Optional
 import numpy as np
 
 SYSTEMS = ("spvad", "limit", "taichi", "quadrants")   # limit: hand-written GLSL (workloads/limit.py)
-PEER_MODULES = {"taichi": "taichi", "quadrants": "quadrants"}
+PEER_MODULES = {"taichi": "taichi", "quadrants": "quadrants", "quadrants-cuda": "quadrants"}
+ARCH = {}                     # system -> the arch init_peer starts it on, when not Vulkan (peer_arch)
 
 
 class Unavailable(Exception):
@@ -24,29 +26,40 @@ def init_spvad():
     return sp
 
 
-def init_peer(system, **config):
-    """Import Taichi or Quadrants and (re)initialise it on Vulkan; a silent fall-back to the CPU backend is
-    refused, so every timing is on the same Vulkan device as spvad's."""
+@contextlib.contextmanager
+def peer_arch(system, arch):
+    """Within the block, init_peer(system) starts `system` on `arch` (Quadrants on CUDA: quadrants-cuda)."""
+    ARCH[system] = arch
+    try:
+        yield
+    finally:
+        ARCH.pop(system, None)
+
+
+def init_peer(system, arch=None, **config):
+    """Import Taichi or Quadrants and (re)initialise it on Vulkan (or `arch`, or peer_arch's); a silent fall-back
+    to the CPU backend is refused, so every timing is on the device asked for."""
+    arch = arch or ARCH.get(system, "vulkan")
     try:
         ti = importlib.import_module(PEER_MODULES[system])
     except Exception as e:  # noqa: BLE001 - any import failure makes the peer unavailable
         raise Unavailable(f"import {PEER_MODULES[system]} failed: {e}") from None
-    if system == "quadrants":
+    if PEER_MODULES[system] == "quadrants":
         config.setdefault("enable_fallback", False)
     try:
-        ti.init(arch=ti.vulkan, log_level=ti.WARN, **config)
+        ti.init(arch=getattr(ti, arch), log_level=ti.WARN, **config)
     except Exception as e:  # noqa: BLE001
-        raise Unavailable(f"{system} init(arch=vulkan) failed: {e}") from None
-    arch = ti.lang.impl.current_cfg().arch
-    if arch != ti.vulkan:
-        raise Unavailable(f"{system} fell back to {arch} instead of Vulkan")
+        raise Unavailable(f"{system} init(arch={arch}) failed: {e}") from None
+    got = ti.lang.impl.current_cfg().arch
+    if got != getattr(ti, arch):
+        raise Unavailable(f"{system} fell back to {got} instead of {arch}")
     return ti
 
 
 def peer_adstack_config(system, size):
     """Taichi and Quadrants cannot size adstacks for a loop bound passed as a scalar argument: both need a
     fixed `ad_stack_size`, and Quadrants also needs its (experimental) adstack switched on."""
-    if system == "quadrants":
+    if PEER_MODULES[system] == "quadrants":
         return {"ad_stack_size": size, "ad_stack_experimental_enabled": True}
     return {"ad_stack_size": size}
 

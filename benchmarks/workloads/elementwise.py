@@ -8,7 +8,7 @@ from . import limit
 from .common import Op, close_to, init_peer, init_spvad
 
 NAME = "elementwise"
-OPS = ("forward", "gradient")
+OPS = ("forward", "gradient", "d2d copy")   # d2d copy: y = x by the device's copy, the bandwidth to compare with
 SYSTEMS = ("spvad", "limit", "taichi", "quadrants", "numpy")
 
 
@@ -52,7 +52,13 @@ def prepare_spvad(cfg, ref):
 
     return [Op("forward", lambda: tanh_affine(x, y), sp.sync, check=lambda: _check_forward(y.to_numpy(), ref)),
             Op("gradient", lambda: tanh_affine.grad(x, y), sp.sync, setup=seed,
-               check=lambda: _check_gradient(x.grad.to_numpy(), ref))]
+               check=lambda: _check_gradient(x.grad.to_numpy(), ref)),
+            Op("d2d copy", lambda: y.copy_from(x), sp.sync, check=lambda: check_copy(y.to_numpy(), ref))]
+
+
+def check_copy(y, ref):
+    same = bool(np.array_equal(y, ref["x"]))
+    return same, "bitwise copy" if same else "the copy differs from x"
 
 
 # ---- the limit: hand-written GLSL (benchmarks/limit/elementwise_*.comp) through spvad's RHI ---------------
