@@ -10,7 +10,7 @@ if [ "$(uname)" = Darwin ]; then   # macOS: Homebrew tools, Metal bindings
   exit 0
 fi
 apt_pkgs=(mesa-vulkan-drivers libvulkan1 vulkan-validationlayers spirv-tools spirv-cross spirv-headers
-          glslang-tools)
+          glslang-tools g++)   # g++: the CUDA C peers run on the CPU in tests/benchmarks/test_cuda_sources.py
 python3 -m venv --help >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || apt_pkgs+=(python3-venv python3-pip)
 missing=()
 for p in "${apt_pkgs[@]}"; do

@@ -393,5 +393,117 @@ def _mass_spring_torch(cfg, ref, compiled=False):
                check=lambda: ms._check_gradient(_numpy(k.grad), _numpy(p0.grad), ref))]
 
 
+MASS_SPRING_CUDA = r"""
+// The GLSL limit's kernels (benchmarks/limit/mass_spring_*.comp) in CUDA C: positions of every step kept in xs
+// (T+1, n, 2); v, f and their gradients single (n, 2) arrays updated in place; the reverse hand-derived.
+extern "C" __global__ void forces(const float* xs, float* f, const int* a, const int* b, const float* k,
+                                  const float* rest, unsigned ns, unsigned n, unsigned t) {
+    unsigned s = blockIdx.x * blockDim.x + threadIdx.x;
+    if (s >= ns) return;
+    unsigned i = a[s], j = b[s], xt = 2 * t * n;
+    float dx = xs[xt + 2 * j] - xs[xt + 2 * i], dy = xs[xt + 2 * j + 1] - xs[xt + 2 * i + 1];
+    float len = sqrtf(dx * dx + dy * dy);
+    float c = k[s] * (len - rest[s]) / len;
+    atomicAdd(&f[2 * i], c * dx); atomicAdd(&f[2 * i + 1], c * dy);
+    atomicAdd(&f[2 * j], -c * dx); atomicAdd(&f[2 * j + 1], -c * dy);
+}
+extern "C" __global__ void advance(float* xs, float* v, float* f, const float* free_, unsigned n, unsigned t) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float fr = free_[i];
+    float vx = fr * (v[2 * i] * DAMPING + DT * f[2 * i]);
+    float vy = fr * (v[2 * i + 1] * DAMPING + DT * (f[2 * i + 1] + GRAVITY));
+    v[2 * i] = vx; v[2 * i + 1] = vy;
+    f[2 * i] = 0.0f; f[2 * i + 1] = 0.0f;
+    unsigned p = 2 * t * n + 2 * i, q = p + 2 * n;
+    xs[q] = xs[p] + DT * vx;
+    xs[q + 1] = xs[p + 1] + DT * vy;
+}
+extern "C" __global__ void final_loss(const float* xs, const float* target, float* loss, unsigned n, unsigned t) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned p = 2 * t * n + 2 * i;
+    float dx = xs[p] - target[2 * i], dy = xs[p + 1] - target[2 * i + 1];
+    atomicAdd(loss, (dx * dx + dy * dy) / (float)n);
+}
+extern "C" __global__ void loss_grad(const float* xs, const float* target, float* gx, float* gv, float* gk,
+                                     unsigned n, unsigned ns, unsigned t) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        unsigned p = 2 * t * n + 2 * i;
+        gx[2 * i] = 2.0f * (xs[p] - target[2 * i]) / (float)n;
+        gx[2 * i + 1] = 2.0f * (xs[p + 1] - target[2 * i + 1]) / (float)n;
+        gv[2 * i] = 0.0f; gv[2 * i + 1] = 0.0f;
+    }
+    if (i < ns) gk[i] = 0.0f;
+}
+extern "C" __global__ void advance_grad(const float* gx, float* gv, float* gf, const float* free_, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float fr = free_[i];
+    float ux = gv[2 * i] + DT * gx[2 * i], uy = gv[2 * i + 1] + DT * gx[2 * i + 1];
+    gv[2 * i] = fr * DAMPING * ux; gv[2 * i + 1] = fr * DAMPING * uy;
+    gf[2 * i] = fr * DT * ux; gf[2 * i + 1] = fr * DT * uy;
+}
+extern "C" __global__ void forces_grad(const float* xs, const float* gf, float* gx, float* gk, const int* a,
+                                       const int* b, const float* k, const float* rest, unsigned ns, unsigned n,
+                                       unsigned t) {
+    unsigned s = blockIdx.x * blockDim.x + threadIdx.x;
+    if (s >= ns) return;
+    unsigned i = a[s], j = b[s], xt = 2 * t * n;
+    float dx = xs[xt + 2 * j] - xs[xt + 2 * i], dy = xs[xt + 2 * j + 1] - xs[xt + 2 * i + 1];
+    float len = sqrtf(dx * dx + dy * dy), r = rest[s], ks = k[s];
+    float c = ks * (len - r) / len;
+    float gdx = gf[2 * i] - gf[2 * j], gdy = gf[2 * i + 1] - gf[2 * j + 1];
+    float gd = gdx * dx + gdy * dy;
+    gk[s] += gd * (len - r) / len;
+    float q = gd * ks * r / (len * len * len);
+    float ddx = c * gdx + q * dx, ddy = c * gdy + q * dy;
+    atomicAdd(&gx[2 * j], ddx); atomicAdd(&gx[2 * j + 1], ddy);
+    atomicAdd(&gx[2 * i], -ddx); atomicAdd(&gx[2 * i + 1], -ddy);
+}
+"""
+
+
 def _mass_spring_cuda(cfg, ref):
-    raise Unavailable("no hand-written CUDA mass-spring yet (the GLSL limit's derivation is the one to port)")
+    """The limit's launch sequence (mass_spring.prepare_limit) with CUDA kernels: forward, then the reverse
+    from the loss back through the steps; each kernel 64-wide blocks, as the limit's."""
+    cp = _cupy()
+    ms = _mass_spring_constants()
+    steps, n, ns = cfg["steps"], cfg["grid"] ** 2, len(ref["a"])
+    defines = tuple(f"-D{name}={float(getattr(ms, name))!r}f" for name in ("DT", "DAMPING", "GRAVITY"))
+    module = cp.RawModule(code=MASS_SPRING_CUDA, options=defines)
+    fn = {name: module.get_function(name) for name in
+          ("forces", "advance", "final_loss", "loss_grad", "advance_grad", "forces_grad")}
+    xs0 = np.zeros((steps + 1, n, 2), np.float32)
+    xs0[0] = ref["p0"]
+    xs = cp.asarray(xs0)
+    a, b, k, rest, free, target = (cp.asarray(ref[key]) for key in ("a", "b", "k", "rest", "free", "target"))
+    v, f, gx, gv, gf = (cp.zeros(2 * n, cp.float32) for _ in range(5))
+    loss, gk = cp.zeros(1, cp.float32), cp.zeros(ns, cp.float32)
+    u = np.uint32
+
+    def launch(name, threads, *args):
+        fn[name](((threads + 63) // 64,), (64,), args)
+
+    def forward():
+        for t in range(steps):
+            launch("forces", ns, xs, f, a, b, k, rest, u(ns), u(n), u(t))
+            launch("advance", n, xs, v, f, free, u(n), u(t))
+        launch("final_loss", n, xs, target, loss, u(n), u(steps))
+
+    def tape():
+        forward()
+        launch("loss_grad", max(n, ns), xs, target, gx, gv, gk, u(n), u(ns), u(steps))
+        for t in reversed(range(steps)):
+            launch("advance_grad", n, gx, gv, gf, free, u(n))
+            launch("forces_grad", ns, xs, gf, gx, gk, a, b, k, rest, u(ns), u(n), u(t))
+
+    def reset():
+        for buf in (v, f, loss):
+            buf.fill(0.0)
+
+    sync = cp.cuda.Device().synchronize
+    return [Op("forward", forward, sync, setup=reset, check=lambda: ms._check_forward(float(loss.get()[0]), ref)),
+            Op("tape fwd+bwd", tape, sync, setup=reset,
+               check=lambda: ms._check_gradient(cp.asnumpy(gk), cp.asnumpy(gx).reshape(n, 2), ref))]
