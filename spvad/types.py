@@ -56,7 +56,7 @@ def as_dtype(t):
     return f32 if t is float else i32 if t is int else u1 if t is bool else t
 
 
-MAX_COMPONENTS = 64   # a vector / matrix value is that many scalar IR values (per-thread registers)
+MAX_COMPONENTS = 144  # a vector / matrix value is that many scalar IR values (per-thread registers)
 
 
 def _check_component_dtype(what, dtype):
@@ -126,7 +126,7 @@ class _LiteralOrType(type):
 
 @dataclass(frozen=True)
 class Vector(metaclass=_LiteralOrType):
-    """`sp.Vector(n, dtype=sp.f32)`: a vector of 1..64 components (f32, f64, i32 or u32); `sp.vec3` =
+    """`sp.Vector(n, dtype=sp.f32)`: a vector of 1..144 components (f32, f64, i32 or u32); `sp.vec3` =
     Vector(3, f32). `sp.Vector([a, b, c])` builds a value (Taichi style).
 
     Kernels scalarise vectors (one IR value per component), so a vector doubles as a small local array; as
@@ -230,7 +230,7 @@ class Matrix(metaclass=_LiteralOrType):
         """`sp.Matrix.diag(dim, val)`: the dim x dim matrix with `val` on its diagonal (Taichi's); in kernels a
         value of val's type, outside them a numpy array (float32 for a float, int32 for an int)."""
         if not _is_count(dim) or not 1 <= dim * dim <= MAX_COMPONENTS:
-            raise TypeError(f"sp.Matrix.diag: dim must be an int in 1..8, got {dim!r}")
+            raise TypeError(f"sp.Matrix.diag: dim must be an int in 1..12, got {dim!r}")
         return _literal(np.diag([val] * int(dim)), None, 2)
 
 

@@ -7,6 +7,8 @@ component (jvp: one direction, the given tangent). The output components' Tangen
 slots read after the statement. autodiff/inline_derivatives.py expands it into plain IR before any other
 pass, so kernel-level autodiff of a kernel using these sees ordinary code (second derivatives).
 """
+import math
+
 from ..ir import nodes as N
 from ..ir.emit import PY_SCALARS
 from .vectors import VecValue, shape_words, shaped
@@ -218,7 +220,7 @@ def apply_transform(b, t, args, kw):
         return hessian(b, t, inputs, active, spans, call, what)
     r = differentiate(b, inputs, width, call, t.kind == "value_and_grad", what)
     if t.kind == "jacobian":
-        out = tuple(jacobian_block(b, r, shape, span, what) for (shape, _), span in zip(active, spans))
+        out = tuple(jacobian_block(r, shape, span) for (shape, _), span in zip(active, spans))
         return out[0] if t.single else out
     if r.shape != ():
         b.error(f"{t.what} needs {fname} to return a scalar, but it returns {shape_name(r.shape)} "
@@ -229,13 +231,16 @@ def apply_transform(b, t, args, kw):
     return (r.value(), grads) if t.kind == "value_and_grad" else grads
 
 
-def jacobian_block(b, r, in_shape, span, what):
-    """d output / d input as an array of shape output shape + input shape (at most 2-D)."""
-    shape = r.shape + in_shape
-    if len(shape) > 2:
-        b.error(f"the jacobian of {what}, {shape_name(r.shape)} by {shape_name(in_shape)}, would have "
-                f"{len(shape)} dimensions; kernel values have at most 2")
-    return rebuild(shape, [r.tangents[o][j] for o in range(len(r.tangents)) for j in span])
+def block_shape(out_shape, in_shape):
+    """The shape of d out / d in: out shape + in shape, or, past the 2 dimensions a kernel value has, the
+    matrix of their row-major flattenings (a 3x3 matrix function's hessian is 9x9, as FEM codes write it)."""
+    shape = out_shape + in_shape
+    return shape if len(shape) <= 2 else (math.prod(out_shape), math.prod(in_shape))
+
+
+def jacobian_block(r, in_shape, span):
+    """d output / d input as an array of shape block_shape(output shape, input shape)."""
+    return rebuild(block_shape(r.shape, in_shape), [r.tangents[o][j] for o in range(len(r.tangents)) for j in span])
 
 
 def hessian(b, t, inputs, active, spans, call, what):
@@ -255,11 +260,7 @@ def hessian(b, t, inputs, active, spans, call, what):
     for (shape_i, _), span_i in zip(active, spans):
         row = []
         for (shape_j, _), span_j in zip(active, spans):
-            shape = shape_i + shape_j
-            if len(shape) > 2:
-                b.error(f"the hessian of {what} by {shape_name(shape_i)} and {shape_name(shape_j)} would "
-                        f"have {len(shape)} dimensions; kernel values have at most 2")
-            row.append(rebuild(shape, [r.tangents[i][j] for i in span_i for j in span_j]))
+            row.append(rebuild(block_shape(shape_i, shape_j), [r.tangents[i][j] for i in span_i for j in span_j]))
         blocks.append(tuple(row))
     return blocks[0][0] if t.single else tuple(blocks)
 

@@ -63,7 +63,7 @@ def diag(b, args, kw):
         b.error("sp.Matrix.diag(dim, val) takes a size and a value")
     dim, val = given["dim"], given["val"]
     if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim * dim <= T.MAX_COMPONENTS:
-        b.error(f"sp.Matrix.diag: dim must be a compile-time int in 1..8, got {dim!r}")
+        b.error(f"sp.Matrix.diag: dim must be a compile-time int in 1..12, got {dim!r}")
     val = b.typed(val)
     zero = b.const(0, val.dtype)
     return MatValue([val if i == j else zero for i in range(dim) for j in range(dim)], dim, dim)

@@ -25,11 +25,6 @@ def writes_array(p, r):
 scratch = None   # an ndarray, bound in the test (creating one needs a runtime)
 
 
-@sp.func
-def matrix_times(A, v):
-    return A @ v
-
-
 def bad_kernels():
     """name -> (kernel, the message's pattern); each kernel's offending call (`# bad`) is two lines below
     its `def`."""
@@ -54,10 +49,6 @@ def bad_kernels():
         for i in range(pts.shape[0]):
             out[i] = sp.hessian(warp)(pts[i], 1.0)   # bad
     @sp.kernel
-    def rank_three(pts: sp.Array, out: sp.Array):
-        for i in range(pts.shape[0]):
-            out[i] = sp.jacobian(matrix_times)(sp.mat3.identity(), pts[i])   # bad
-    @sp.kernel
     def cotangent_shape(pts: sp.Array, out: sp.Array):
         for i in range(pts.shape[0]):
             out[i] = sp.vjp(warp, (pts[i], 1.0), 1.0)[1][1]   # bad
@@ -70,7 +61,6 @@ def bad_kernels():
             "int_argument": (int_argument, r"argument 1 \('r'\) of sp.grad\(sphere\) is i32"),
             "not_a_func": (not_a_func, "differentiates @sp.func functions; got sin"),
             "hessian_of_vector": (hessian_of_vector, "needs warp to return a scalar"),
-            "rank_three": (rank_three, "would have 3 dimensions"),
             "cotangent_shape": (cotangent_shape, "the cotangent is a scalar but warp returns a 3-vector"),
             "int_primal": (int_primal, "primal 1 of sp.jvp is i32: only float values have derivatives")}
 

@@ -1,4 +1,4 @@
-"""Vectors and matrices as per-thread local arrays: `sp.Vector(n, dtype).zero()` up to 64 components, list
+"""Vectors and matrices as per-thread local arrays: `sp.Vector(n, dtype).zero()` up to 144 components, list
 literals, Taichi-style `sp.Vector([...])` / `sp.Matrix([[...]])`, and element reads and writes with runtime
 indices (selects over the scalarised components), checked against plain Python references."""
 import numpy as np
@@ -185,7 +185,7 @@ def _k_float_index(a: sp.Array):
 
 def _k_too_long(a: sp.Array):
     for i in range(a.shape[0]):
-        v = sp.Vector(65, sp.f32).zero()
+        v = sp.Vector(145, sp.f32).zero()
 
 
 def _k_too_many_indices(a: sp.Array):
@@ -209,7 +209,7 @@ def _k_int_local_float(a: sp.Array):
 ERRORS = [
     (_k_mixed_list, "must hold scalars", "[1.0, sp.vec2"),
     (_k_float_index, "index must be an integer", "v[a[i]]"),
-    (_k_too_long, "1..64", "sp.Vector(65"),
+    (_k_too_long, "1..144", "sp.Vector(145"),
     (_k_too_many_indices, "takes 1 index", "v[i, i]"),
     (_k_row_width, "a row of a mat2", "M[i] ="),
     (_k_int_local_float, "would truncate", "h[i] = 0.5"),
