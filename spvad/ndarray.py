@@ -190,6 +190,7 @@ class Ndarray:
                                   "child has a runtime of its own and cannot reach the parent's device; create "
                                   "the array in the child (from values read with to_numpy() before the fork)")
             raise DeviceError("this ndarray belongs to a runtime that was reset; create it again")
+        runtime.refuse_inside_capture(rt, "reading an ndarray on the host (to_numpy(), a[i], an export)")
         rt.sync()
 
     def _view(self):
@@ -269,6 +270,7 @@ class Ndarray:
                 raise ArgumentError(f"from_numpy: {bad!r} is out of range for a {self.dtype} ndarray (it would "
                                     "become inf); scale the data or use sp.f64")
         with runtime.LOCK:
+            runtime.refuse_inside_capture(self._runtime, "ndarray.from_numpy(...)")
             self._host_write("from_numpy")
             self._host().write(0, data)
         return self
@@ -291,6 +293,7 @@ class Ndarray:
     def fill(self, value):
         value = self._checked_value(value)
         with runtime.LOCK:
+            runtime.refuse_inside_capture(self._runtime, "ndarray.fill(...)")
             self._host_write("fill")
             self._host().fill(value, self.width)
         return self
@@ -323,6 +326,7 @@ class Ndarray:
         i, width = self._flat_index(key), max(self.width, 1)
         value = self._checked_value(value)
         with runtime.LOCK:
+            runtime.refuse_inside_capture(self._runtime, "a[...] = value")
             self._host_write("setitem", i)
             self._host().write(i * width, np.broadcast_to(np.asarray(value, self._np_dtype), (width,)))
 

@@ -6,6 +6,7 @@ import threading
 
 from . import runtime
 from .errors import ArgumentError
+from .launch import capture
 
 
 class _PerThread(threading.local):
@@ -48,3 +49,12 @@ def validating(kernel=None):
 def read_marker(array):
     """The validating Tape's marker of which elements of `array` were read (zeros when first asked)."""
     return current().read_marker(array)
+
+
+def _open_block():
+    """The recording block open in this thread ("sp.Tape" / "sp.FwdMode"), or None: sp.capture() neither opens
+    nor replays inside one (launch/capture.py asks)."""
+    return "sp.Tape" if modes.tapes else "sp.FwdMode" if modes.fwd else None
+
+
+capture.open_recording = _open_block

@@ -119,8 +119,10 @@ class Runtime:
         self.shared_pipelines = SharedPipelines(self.device)
         self.lent_views = weakref.WeakSet()   # owners of zero-copy views of device memory (DLPack exports)
         self.forked = False   # True in a forked child: the parent's runtime, set aside (_after_fork_in_child)
+        self.capture = None   # the sp.capture() recording now (launch/capture.py): launches are recorded only
 
     def sync(self):
+        refuse_inside_capture(self, "sp.sync()")
         self.device.sync()
         checks, self.pending_checks = self.pending_checks, []
         try:
@@ -371,6 +373,22 @@ def sync():
     with LOCK:
         if _current is not None:
             _current.sync()
+
+
+def sync_unless_capturing():
+    """sync(), except while sp.capture() records (a Tape's backward inside one is recorded, not run)."""
+    with LOCK:
+        if _current is not None and _current.capture is None:
+            _current.sync()
+
+
+def refuse_inside_capture(rt, what):
+    """ArgumentError for `what` (a sync, a host read or write of an ndarray) while sp.capture() records on `rt`:
+    the launches it records have not run, and a host write would not be recorded."""
+    if rt.capture is not None:
+        raise ArgumentError(f"{what} inside sp.capture(): the launches it records have not run (they run at "
+                            "g.replay()), and host reads and writes are not recorded; read, write and sync "
+                            "outside the capture block")
 
 
 def device_info():

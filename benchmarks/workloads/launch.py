@@ -2,7 +2,9 @@
 reported in microseconds per launch. Two flavours: the array passed as an argument (spvad `sp.Array`,
 Taichi/Quadrants `ndarray`), and bound as a global (a captured spvad ndarray, a Taichi/Quadrants field). And a
 small-kernel Tape, where a GPU is launch-bound: 500 steps of `u[t+1, i] = u[t, i] * w[i] + 0.01` and a sum,
-forward and reverse (1,002 launches), in microseconds per launch; checked against float64 gradients."""
+forward and reverse (1,002 launches), in microseconds per launch; checked against float64 gradients. And the
+1,000 launches captured once (spvad: `sp.capture()`, then `g.replay()`; the limit: the same dispatches recorded
+once into a secondary command buffer, rhi `record_batch` / `run_batch`), in microseconds per launch replayed."""
 import numpy as np
 
 import spvad as sp
@@ -10,7 +12,7 @@ from . import limit
 from .common import Op, all_close, close_to, init_peer, init_spvad
 
 NAME = "launch"
-OPS = ("array argument", "global array", "tape fwd+bwd")
+OPS = ("array argument", "global array", "tape fwd+bwd", "captured")
 SYSTEMS = ("spvad", "limit", "taichi", "quadrants")
 SIZE = 64
 
@@ -72,6 +74,19 @@ def _op(name, launch_once, sync, read, cfg):
               check=lambda: close_to(read(), np.full(SIZE, float(done["runs"] * count)), rtol=0.0))
 
 
+def _captured_op(replay, sync, read, cfg):
+    """A run replays the `launches` launches captured once; the check counts every launch replayed."""
+    count = cfg["launches"]
+    done = {"runs": 0}
+
+    def run():
+        replay()
+        done["runs"] += 1
+
+    return Op("captured", run, sync, unit="us/launch", scale=1e6, per=count,
+              check=lambda: close_to(read(), np.full(SIZE, float(done["runs"] * count)), rtol=0.0))
+
+
 # ---- spvad -------------------------------------------------------------------------------------------
 @sp.kernel
 def bump(a: sp.Array):
@@ -119,9 +134,16 @@ def prepare_spvad(cfg, ref):
                 decay(u, w, t)
             total(u, loss, steps)
 
+    c = sp.ndarray(sp.f32, (SIZE,))
+    c.fill(0.0)
+    with sp.capture() as captured:
+        for _ in range(cfg["launches"]):
+            bump(c)
+
     return [_op("array argument", lambda: bump(a), sp.sync, a.to_numpy, cfg),
             _op("global array", bump_global, sp.sync, g.to_numpy, cfg),
-            _tape_op(tape, sp.sync, None, lambda: (loss[None], u.grad.to_numpy()[0], w.grad.to_numpy()), ref, cfg)]
+            _tape_op(tape, sp.sync, None, lambda: (loss[None], u.grad.to_numpy()[0], w.grad.to_numpy()), ref, cfg),
+            _captured_op(captured.replay, sp.sync, c.to_numpy, cfg)]
 
 
 # ---- the limit: one hand-written kernel (benchmarks/limit/launch_bump.comp) launched through spvad's RHI;
@@ -129,12 +151,23 @@ def prepare_spvad(cfg, ref):
 def prepare_limit(cfg, ref):
     dev = limit.device()
     bump_limit = limit.Shader(dev, "launch_bump", 1, local_size=SIZE)
-    a, g = (limit.upload(dev, np.zeros(SIZE, np.float32)) for _ in range(2))
+    a, g, c = (limit.upload(dev, np.zeros(SIZE, np.float32)) for _ in range(3))
     return [_op("array argument", bump_limit.launcher([a], SIZE), dev.sync,
                 lambda: limit.read(a, np.float32, SIZE), cfg),
             _op("global array", bump_limit.launcher([g], SIZE), dev.sync,
                 lambda: limit.read(g, np.float32, SIZE), cfg),
-            _limit_tape(dev, cfg, ref)]
+            _limit_tape(dev, cfg, ref),
+            _limit_captured(dev, bump_limit, c, cfg)]
+
+
+def _limit_captured(dev, shader, buf, cfg):
+    """The same `launches` dispatches recorded once into one secondary command buffer, run again as a whole."""
+    batch = dev.record_batch([shader.dispatch([buf], SIZE)] * cfg["launches"])
+
+    def replay():
+        if not dev.run_batch(batch):
+            raise RuntimeError("the recorded batch went stale")
+    return _captured_op(replay, dev.sync, lambda: limit.read(buf, np.float32, SIZE), cfg)
 
 
 def _limit_tape(dev, cfg, ref):

@@ -91,12 +91,16 @@ class Shader:
                                             spec_constants={0: self.local, **(spec or {})})
         _owned.append(self.pipeline)
 
-    def launcher(self, buffers, n, *push):
-        """A no-argument callable that records one launch of n threads (everything precomputed)."""
+    def dispatch(self, buffers, n, *push):
+        """(pipeline, buffers, push constants, groups) of one launch of n threads: what Device.launch takes,
+        and a row of Device.record_batch."""
         groups = -(-n // self.local)
         gx = min(groups, self.dev.info["limits"]["max_workgroup_count"][0])
-        return functools.partial(self.dev.launch, self.pipeline, list(buffers), self.push.pack(*push),
-                                 (gx, -(-groups // gx), 1))
+        return self.pipeline, list(buffers), self.push.pack(*push), (gx, -(-groups // gx), 1)
+
+    def launcher(self, buffers, n, *push):
+        """A no-argument callable that records one launch of n threads (everything precomputed)."""
+        return functools.partial(self.dev.launch, *self.dispatch(buffers, n, *push))
 
     def launch(self, buffers, n, *push):
         self.launcher(buffers, n, *push)()

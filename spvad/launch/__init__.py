@@ -1,6 +1,7 @@
 """The launch side: a compiled kernel's tasks queued on the runtime's device, with their pipelines, flag
 buffers, adstack homes and depth probes (device_task.py), thread counts read from arrays (device_count.py),
-replays of recorded launches (replay.py) and the array versions a Tape follows (versions.py).
+replays of recorded launches (replay.py), launches captured once and replayed as one batch (capture.py:
+sp.capture) and the array versions a Tape follows (versions.py).
 
 May import: runtime, arguments, pipeline's products, spirv and ir constants, frontend specs, autodiff's sizes.
 Never kernel.py, ndarray.py or a Tape: they call it."""

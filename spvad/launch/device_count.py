@@ -9,6 +9,7 @@ from ..errors import ArgumentError, DeviceError, ThreadCountError
 from ..ir import nodes as N
 from ..ir.interp import OutOfBoundsError, eval_num_threads
 from ..ir.thread_count import ARGS_WORDS, ERROR_WORD, TAIL_GROUPS, checks
+from .capture import refuse_host_step
 from .dispatch import BufferArg, PushPacker, dispatch
 
 SINGLE = 1   # the counting task runs one thread
@@ -47,6 +48,9 @@ class DeviceCount:
 
     def on_host(self, arrays, shapes, scalars):
         """The count evaluated on the host from the arrays as the queued launches leave them (syncs)."""
+        refuse_host_step(self.rt, self.ct.kernel_name, "its thread count (read from arrays) is needed",
+                         "fix its adstack capacities with an ad_stack_size=N small enough for Function-scope "
+                         "stacks, or launch it outside the capture")
         self.refuse_addressed(arrays)
         self.rt.sync()
         buffers = {}

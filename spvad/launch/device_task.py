@@ -1,12 +1,14 @@
 """What a runtime holds for one compiled task: its pipelines (per stack homes and specialisation), its
 flag buffer, the storage-buffer home of its adstacks, and the depth probe sizing them before a launch."""
 import os
+import weakref
 
 import numpy as np
 
 from ..autodiff.adstack import round_up_pow2
 from ..errors import DeviceError, PipelineCreationError, SpvadError
 from ..spirv.lower_adstack import BUFFER, FUNCTION, HOMES, choose_homes, function_budget_words
+from .capture import refuse_host_step
 from .device_count import DeviceCount
 from .dispatch import BufferArg, addressed_bindings, dispatch
 from .flags import overflow_error, read_flags
@@ -30,6 +32,7 @@ class DeviceTask:
         self.pipelines = {}    # (homes, spec items) -> runtime.SharedPipeline
         self.flags = None      # the flag buffer (u32 words, lower_memory.Layout.flag_words)
         self.heap = None       # the buffer-home stacks' storage buffer (grown, never shrunk)
+        self.heap_keeper = None   # (a weak reference to) the latest capture binding it: it frees the heap then
         self.probe = None      # (depth probe pipelines by addressed bindings, its counters buffer)
         self.last_spec = None  # specialisation of the last launch: the capacities an overflow message names
         # a thread count read from arrays: its counting launch (device_count.py)
@@ -44,10 +47,11 @@ class DeviceTask:
         for ref in self.pipelines.values():
             ref.release()
         pipes, counts = self.probe or ({}, None)
-        for obj in (self.flags, self.heap, self.count, counts, *pipes.values()):
+        self._drop_heap()
+        for obj in (self.flags, self.count, counts, *pipes.values()):
             if obj is not None:
                 obj.release()
-        self.pipelines, self.flags, self.heap, self.probe = {}, None, None, None
+        self.pipelines, self.flags, self.probe = {}, None, None
 
     # ---- what a launch needs ----
     def homes(self, spec):
@@ -107,14 +111,26 @@ class DeviceTask:
                 f"threads x {nbytes // n:,} bytes), more than this device's maxStorageBufferRange ({limit:,} "
                 "bytes); launch fewer threads at a time or pass a smaller ad_stack_size")
         if self.heap is None or self.heap.nbytes < nbytes:
-            if self.heap is not None:
-                self.heap.release()   # destroyed once no recorded launch uses it
+            self._drop_heap()
             self.heap = self.rt.device.create_buffer(nbytes)
+        if self.rt.capture is not None:
+            self.heap_keeper = weakref.ref(self.rt.capture)
         return self.heap
+
+    def _drop_heap(self):
+        """Release the heap (destroyed once no queued launch uses it), or leave it to the capture binding it."""
+        keeper = self.heap_keeper and self.heap_keeper()
+        if keeper is not None:
+            keeper.give([self.heap])
+        elif self.heap is not None:
+            self.heap.release()
+        self.heap, self.heap_keeper = None, None
 
     def measure_depths(self, arrays, scalars, shapes, n):
         """Run the depth probe now (it syncs) and return capacities for the measured stacks."""
         rt, ct = self.rt, self.ct
+        refuse_host_step(rt, ct.kernel_name, "its adstack capacities are measured",
+                         "fix them with ad_stack_size=N (the kernel's option or sp.init's)")
         if self.probe is None:
             self.probe = ({}, rt.device.create_buffer(4 * ct.depth_words))
         pipes, counts = self.probe
@@ -144,6 +160,8 @@ class DeviceTask:
 
     # ---- device-side error flags: adstack overflow, a loop cut short, an out-of-bounds access (debug) ----
     def after_launch(self, spec):
+        if self.rt.capture is not None:   # each replay of the capture reports again (capture.py)
+            self.rt.capture.reports[self] = spec
         if self.ct.lowered.print_binding is not None:   # its lines are printed at the next sync
             self.rt.prints.after_launch()
         if self.ct.lowered.flag_binding is None and self.count is None:

@@ -19,13 +19,18 @@ POSITIONS = 1 << 32   # a position is a u32 push constant
 
 
 class ScalarTable:
-    def __init__(self, device):
-        self.device, self.position, self.entries = device, 0, {}
-        self.buffer = device.create_buffer(4 * SCALAR_RING_WORDS)
+    def __init__(self, rt):
+        self.rt, self.device, self.position, self.entries = rt, rt.device, 0, {}
+        self.buffer = self.device.create_buffer(4 * SCALAR_RING_WORDS)
         self.words = self.buffer.view(np.uint32)
 
     def place(self, data):
         """The position of an entry holding `data` (bytes, whole u32 words), written unless this lap has it."""
+        if self.rt.capture is not None:   # a later lap would overwrite what the captured launch reads
+            raise ArgumentError("sp.capture() cannot record a launch whose scalar arguments pass the push "
+                                "constants (they go to the runtime's scalar table, a ring reused as launches "
+                                "go on); pass fewer scalars (e.g. in an ndarray) or launch it outside the "
+                                "capture")
         position = self.entries.get(data)
         if position is None:
             n = len(data) // 4
@@ -48,5 +53,5 @@ def scalar_table(rt):
     """The runtime's scalar table, made on first use."""
     table = getattr(rt, "scalar_table", None)
     if table is None:
-        table = rt.scalar_table = ScalarTable(rt.device)
+        table = rt.scalar_table = ScalarTable(rt)
     return table

@@ -202,6 +202,18 @@ class Device(ABC):
         recorded) when something it binds was freed or re-made since."""
         return False
 
+    def begin_capture(self):
+        """Record the launches, copies and fills that follow into a capture instead of running them, until
+        `end_capture` (sp.capture(): launch/capture.py). What was recorded before stays before it. A backend
+        that cannot raises DeviceError."""
+        raise DeviceError(f"the {self.info['backend']} backend cannot capture launches (sp.capture()); launch "
+                          "them one by one")
+
+    def end_capture(self):
+        """Stop capturing: the batch of everything recorded since `begin_capture`, for `run_batch` (which
+        returns False once a buffer or pipeline it binds was released)."""
+        raise DeviceError(f"the {self.info['backend']} backend has no capture to end")
+
     def submit(self):
         """Start running what is recorded, without waiting (a hint: a Tape's forward runs while its backward
         is recorded). Backends that record batches override it."""

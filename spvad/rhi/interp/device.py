@@ -1,5 +1,6 @@
 """The interpreter backend's Device: buffers are numpy memory, a launch runs an InterpTask (program.py) on the
-IR interpreter at the next sync, in order with copies and fills, as base.Device's execution model says."""
+IR interpreter at the next sync, in order with copies and fills, as base.Device's execution model says. A capture
+(begin_capture / end_capture) keeps what is queued meanwhile as a batch that run_batch queues again, in order."""
 import math
 import struct
 
@@ -59,6 +60,15 @@ class InterpDevice(Device):
     def __init__(self, selector=None, validation=False, pipeline_cache_dir=None):
         self.validation = bool(validation)
         self._queue = []
+        self._capture = None   # the InterpBatch being captured (its steps are queued there instead)
+
+    def _queued(self, run, buffers):
+        """Queue `run` (a step reading and writing `buffers`), or keep it in the capture being recorded."""
+        if self._capture is None:
+            self._queue.append(run)
+        else:
+            self._capture.steps.append(run)
+            self._capture.buffers.update((id(b), b) for b in buffers)
 
     @property
     def info(self):
@@ -81,21 +91,22 @@ class InterpDevice(Device):
         if any(b.released for b in buffers):
             raise DeviceError(f"{pipeline.name}: launch with a released buffer")
         memory = [b._data for b in buffers]
-        self._queue.append(lambda: _run(pipeline, memory, push_constants))
+        self._queued(lambda: _run(pipeline, memory, push_constants), buffers)
 
     def launch_indirect(self, pipeline, buffers, push_constants, args, offset):
         """See base.Device.launch_indirect: no thread runs when the words at `offset` count no group; else the
         task runs over the count its header gives (the interpreter evaluates it itself, from the arrays)."""
         if offset % 4 or offset + 12 > args.nbytes or args.released:
             raise DeviceError(f"{pipeline.name}: indirect arguments at byte {offset} of {args!r}")
-        self.launch(pipeline, buffers, push_constants, (1, 1, 1))
-        run, groups = self._queue.pop(), args._data[offset: offset + 12].view(np.uint32)
-        self._queue.append(lambda: run() if groups.all() else None)
+        if len(buffers) != pipeline.num_buffers or any(b.released for b in buffers):
+            self.launch(pipeline, buffers, push_constants, (1, 1, 1))   # (raises as launch does)
+        memory, groups = [b._data for b in buffers], args._data[offset: offset + 12].view(np.uint32)
+        self._queued(lambda: _run(pipeline, memory, push_constants) if groups.all() else None, [*buffers, args])
 
     def copy_buffer(self, src, dst, nbytes):
         check_transfer(nbytes, 0, src, dst)
         s, d = src._data, dst._data
-        self._queue.append(lambda: d.__setitem__(slice(0, nbytes), s[:nbytes]))
+        self._queued(lambda: d.__setitem__(slice(0, nbytes), s[:nbytes]), (src, dst))
 
     def copy_regions(self, src, dst, regions):
         regions = check_regions(src, dst, regions).astype(np.int64)
@@ -104,12 +115,32 @@ class InterpDevice(Device):
         def run():
             for at, to, n in regions:
                 d[to: to + n] = s[at: at + n]
-        self._queue.append(run)
+        self._queued(run, (src, dst))
 
     def fill_buffer(self, buf, offset, nbytes, word):
         check_transfer(nbytes, offset, buf)
         words = buf._data[offset: offset + nbytes].view(np.uint32)
-        self._queue.append(lambda: words.fill(np.uint32(word)))
+        self._queued(lambda: words.fill(np.uint32(word)), (buf,))
+
+    def begin_capture(self):
+        if self._capture is not None:
+            raise DeviceError("a capture is being recorded already")
+        self._capture = InterpBatch()
+
+    def end_capture(self):
+        batch, self._capture = self._capture, None
+        if batch is None:
+            raise DeviceError("no capture is being recorded")
+        return batch
+
+    def run_batch(self, batch):
+        """Queue a captured batch's steps again (none inside a capture); False once a buffer it binds was
+        released (its steps still hold the memory, but an ndarray released means the capture is done with)."""
+        if not isinstance(batch, InterpBatch) or self._capture is not None or \
+                any(b.released for b in batch.buffers.values()):
+            return False
+        self._queue.extend(batch.steps)
+        return True
 
     def sync(self):
         queue, self._queue = self._queue, []
@@ -117,7 +148,17 @@ class InterpDevice(Device):
             run()
 
     def close(self):
-        self._queue = []
+        self._queue, self._capture = [], None
+
+
+class InterpBatch:
+    """Captured steps (launches, copies, fills) in order, and the buffers they use (by id)."""
+
+    def __init__(self):
+        self.steps, self.buffers = [], {}
+
+    def release(self):
+        self.steps, self.buffers = [], {}
 
 
 def _run(pipeline, memory, push):
