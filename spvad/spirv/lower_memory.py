@@ -29,6 +29,7 @@ from .lower_adstack import BUFFER, FUNCTION, HOMES, StackHeap, stack_shapes, sta
 from .lower_bounds import BoundsChecks, checked_accesses, record_words, site_of
 from .lower_coarse import WIDTH, coarsenable
 from .lower_ops import ATOMIC_LOWER
+from .lower_reduce import reducible_atomics, subgroup_atomic
 from .lower_vectors import component, element_width, leading, plan_block, vector_bindings
 from .spec import Capability, Decoration, LoopControl, Op, StorageClass
 
@@ -45,6 +46,7 @@ class Layout:
     bindings: list = field(default_factory=list)      # (array_index, field) in first-use order
     word_view: set = field(default_factory=set)       # bindings declared as integer words (float CAS)
     addressed: frozenset = frozenset()                # bindings holding an address table (lower_addressed.py)
+    reduced: frozenset = frozenset()                  # atomics reduced across the subgroup (lower_reduce.py)
     per_thread: int = 1                               # elements per thread (lower_coarse.py: 4, vec4 views)
     vectors: frozenset = frozenset()                  # bindings viewed as vectors (lower_vectors.py)
     push_fields: list = field(default_factory=list)
@@ -124,7 +126,8 @@ def plan_layout(kernel, task, features, homes=None, bounds_check=False, coarsen=
     if len(lay.homes) != len(lay.adstacks) or not set(lay.homes) <= set(HOMES):
         raise ValueError(f"task {task.name}: homes {lay.homes!r} for {len(lay.adstacks)} adstacks")
     lay.adjoint_stacks = stacks_with_adjoint(task)
-    lay.per_thread = WIDTH if coarsen and not addressed and coarsenable(task, bounds_check) else 1
+    lay.reduced = reducible_atomics(task, features)
+    lay.per_thread = WIDTH if coarsen and not addressed and coarsenable(task, bounds_check, lay.reduced) else 1
     if vectors and lay.per_thread == 1:
         lay.vectors = vector_bindings(task) - lay.addressed
     lay.prints = any(isinstance(s, N.Print) for s in N.walk(task.body))
@@ -412,7 +415,9 @@ class Memory:
         L.f.emit_void(Op.OpStore, ptr, L.f.emit(Op.OpCompositeConstruct, vec, *(p for _, p in parts)))
 
     def atomic(self, s):
-        return self.bounds.guarded(s, lambda ok: self._atomic(s))
+        if s in self.lay.reduced:   # one atomic per subgroup, of their values' reduction (lower_reduce.py)
+            return self.bounds.guarded(s, lambda ok: subgroup_atomic(self.L, s, lambda v: self.plain_atomic(s, v)))
+        return self.bounds.guarded(s, lambda ok: self.plain_atomic(s))
 
     def _load(self, s, ok=None):
         ptr, elem = self.element_ptr(s, ok)
@@ -424,10 +429,11 @@ class Memory:
         value = self.to_storage(s.array.dtype, elem, self.L.value(s.value))
         self.L.f.emit_void(Op.OpStore, ptr, value, *self.tables.access((s.array.index, s.field)))
 
-    def _atomic(self, s):
+    def plain_atomic(self, s, v=None):
+        """The atomic of `s`, with value `v` (an id; default: the statement's own value)."""
         L, dt, row = self.L, s.array.dtype, ATOMIC_LOWER[s.op]
         ptr, elem = self.element_ptr(s)
-        v = L.value(s.value)
+        v = L.value(s.value) if v is None else v
         if dt.is_int:
             return L.f.emit(row.i if dt.kind == "i" else row.u, elem, ptr, self.scope, self.relaxed, v)
         if elem == L.ty(dt):   # native f32 instruction (a word-view binding takes CAS for all its atomics)

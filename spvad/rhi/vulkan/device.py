@@ -53,6 +53,19 @@ def cpu_workers():
     return min(max(n, 1), 32)
 
 
+SUBGROUP_REDUCE_OPS = (lib.VK_SUBGROUP_FEATURE_BASIC_BIT | lib.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
+                       | lib.VK_SUBGROUP_FEATURE_BALLOT_BIT)
+
+
+def subgroup_reduce(props):
+    """Whether compute shaders have subgroup election and arithmetic (VkPhysicalDeviceSubgroupProperties
+    `props`) and SPVAD_SUBGROUP_REDUCE is not "0" (which keeps every atomic as it is, for comparisons)."""
+    if os.environ.get("SPVAD_SUBGROUP_REDUCE", "").strip() == "0":
+        return False
+    return bool(props.supportedStages & lib.VK_SHADER_STAGE_COMPUTE_BIT) and \
+        props.supportedOperations & SUBGROUP_REDUCE_OPS == SUBGROUP_REDUCE_OPS
+
+
 def sync_timeout_from_env(default):
     """Seconds a sync waits before raising: SPVAD_SYNC_TIMEOUT (0 or "none": wait as long as it takes)."""
     text = os.environ.get("SPVAD_SYNC_TIMEOUT", "").strip().lower()
@@ -241,6 +254,8 @@ class VulkanDevice(BufferMixin, PipelineMixin, ProgramMixin, BatchMixin, Device)
             "adaptive_local_size": props.deviceType == lib.VK_PHYSICAL_DEVICE_TYPE_CPU,
             # kernels reach arrays past maxStorageBufferRange by address (buffers.py); without, they are refused
             "buffer_device_address": bool(address is not None and address.bufferDeviceAddress),
+            # same-address atomics reduced across the subgroup first (spirv/lower_reduce.py)
+            "subgroup_reduce": subgroup_reduce(subgroup),
         }
         # bytes per memory block of such an array
         self.address_chunk_bytes = chunk_bytes(maint3.maxMemoryAllocationSize,
