@@ -45,11 +45,12 @@ def func(fn):
 class Kernel:
     """A compiled-on-demand kernel. Call it to launch; `.grad`/`.fwd` launch its derivatives."""
 
-    def __init__(self, fn, ad_stack_size=None, fast_math=None):
+    def __init__(self, fn, ad_stack_size=None, fast_math=None, native_math=None):
         self.fn = fn
         self.name = fn.__name__
         self.ad_stack_size = runtime.checked_ad_stack_size(ad_stack_size, "@sp.kernel")   # None: sp.init's
         self.fast_math = runtime.checked_fast_math(fast_math, "@sp.kernel")   # None: sp.init's
+        self.native_math = runtime.checked_fast_math(native_math, "@sp.kernel", "native_math")   # likewise
         functools.update_wrapper(self, fn)
         self.params = arguments.parameters(fn, self.name)
         self._cache = {}           # options key -> compiled variants, one per type of the ndarrays its
@@ -79,10 +80,12 @@ class Kernel:
         mode = Mode(mode) if isinstance(mode, str) else mode   # a kind's name: "primal", "reverse", ...
         skip = skipped_passes()
         fast_math = rt.fast_math if self.fast_math is None else self.fast_math   # the kernel's option wins
+        native_math = rt.native_math if self.native_math is None else self.native_math
         key = (tuple(s if isinstance(s, T.DType) else s.key if isinstance(s, TemplateSpec) else
                      (s.dtype, s.ndim, s.needs_grad, s.needs_dual) for s in specs), mode,
                self.ad_stack_size or rt.ad_stack_size,
-               tuple(sorted(features.items())) if features else None, skip, fast_math, rt.debug, rt.serial)
+               tuple(sorted(features.items())) if features else None, skip, fast_math, native_math, rt.debug,
+               rt.serial)
         variants = self._cache.get(key, ())
         for ck in variants:
             if binds(ck, captured):
@@ -91,7 +94,7 @@ class Kernel:
         info = rt.device.info
         target = Target(code=rt.code, features=tuple(sorted((features or info["features"]).items())),
                         local_size=info.get("preferred_local_size", 128), bounds_check=rt.debug,
-                        validate=rt.validate_spirv, skip=skip, fast_math=fast_math)
+                        validate=rt.validate_spirv, skip=skip, fast_math=fast_math, native_math=native_math)
         disk_key = None
         if rt.code == "spirv" and cache.cache_dir() is not None and not any(   # the interpreter's are made
                 isinstance(s, TemplateSpec) and s.by_identity for s in specs):     # afresh
@@ -421,7 +424,7 @@ def _release_compiled(compiled):
             rt.release_tasks({id(ct) for variants in compiled.values() for ck in variants for ct in ck.tasks})
 
 
-def kernel(fn=None, *, ad_stack_size=None, fast_math=None):
+def kernel(fn=None, *, ad_stack_size=None, fast_math=None, native_math=None):
     if fn is None:
-        return lambda f: Kernel(f, ad_stack_size, fast_math)
-    return Kernel(fn, ad_stack_size, fast_math)
+        return lambda f: Kernel(f, ad_stack_size, fast_math, native_math)
+    return Kernel(fn, ad_stack_size, fast_math, native_math)

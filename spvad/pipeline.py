@@ -27,6 +27,7 @@ from .ir.deep_stack import call_with_deep_stack
 from .frontend import build_kernel
 from .ir.interp import eval_num_threads
 from .ir.thread_count import build_count_kernel, counts_on_device, header_loads
+from .ir.libm.expand import expand_math
 from .ir.licm import hoist_loop_invariants
 from .ir.locals import forward_locals
 from .ir.slot_arrays import expand_slot_arrays, expand_small_slot_arrays
@@ -77,6 +78,7 @@ class Target:
     validate: bool = False       # spirv-val every module; verify the IR after every pass
     skip: tuple = ()             # optimiser passes left out (names of OPTIMISE)
     fast_math: bool = True       # False: float operations exact as written (spirv/module.py FLOAT_ARITHMETIC)
+    native_math: bool = False    # True: transcendentals are the driver's (GLSL.std.450), not ir/libm's expansions
 
 
 @dataclass(eq=False)
@@ -187,7 +189,7 @@ def _compile_kernel(fn, specs, mode, target, ad_stack_size, name):
     primal, bindings, captured = build_kernel(fn, specs)
     refuse_deep_control_flow(primal, name)
     distinct = primal.distinct + refuse_rewritten_counts(primal)
-    ir, check_plan = run_passes(primal, mode, ad_stack_size, target.validate, target.skip)
+    ir, check_plan = run_passes(primal, mode, ad_stack_size, target.validate, target.skip, target.native_math)
     tasks = [compile_task(ir, task, target, name) for task in ir.tasks]
     probes = [(t.task.source, t.task.depth_probe[0]) for t in tasks if t.depth_probe is not None]
     facts = array_facts(primal, ir, mode.derivative, probes)
@@ -214,8 +216,9 @@ def optimiser(phase, skip=(), distinct=False):
             if name not in skip] + [functools.partial(simplify.simplify, distinct=distinct)]
 
 
-def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=()):
-    """The passes of `mode`, in order; returns (kernel, check plan of a checked build or None)."""
+def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=(), native_math=False):
+    """The passes of `mode`, in order; returns (kernel, check plan of a checked build or None). Last, unless
+    `native_math`, the math library's expansions (after autodiff: derivatives keep the Op-level rules)."""
     # in-kernel derivatives (sp.grad & co) first: every later pass, kernel-level autodiff too, sees plain IR;
     # before them, runtime-indexed locals become selects wherever a derivative will be taken
     distinct = mode.distinct
@@ -240,6 +243,8 @@ def run_passes(kernel, mode, ad_stack_size=None, verify_each=False, skip=()):
     elif mode.kind == "checked":
         steps += optimiser(0, skip)
         steps.append(lambda k: _keep(instrument(k, list(mode.alias) if mode.alias else None), plan))
+    if not native_math:
+        steps.append(expand_math)
     if verify_each:
         verify.verify(kernel)
     for step in steps:

@@ -86,7 +86,7 @@ LOCK = RuntimeLock()
 
 class Runtime:
     def __init__(self, backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None,
-                 random_seed=0, fast_math=True):
+                 random_seed=0, fast_math=True, native_math=False):
         ad_stack_size = checked_ad_stack_size(ad_stack_size, "sp.init")   # before the device opens
         backend = os.environ.get("SPVAD_BACKEND", backend) or "auto"
         selector = os.environ.get("SPVAD_DEVICE", device)
@@ -105,6 +105,7 @@ class Runtime:
         self.ad_stack_size = ad_stack_size
         self.debug = debug
         self.fast_math = fast_math   # kernels without their own fast_math option take this one
+        self.native_math = native_math   # likewise: the driver's transcendentals instead of ir/libm's
         if validate_spirv is None:
             validate_spirv = debug or "pytest" in sys.modules
         self.validate_spirv = validate_spirv
@@ -251,23 +252,26 @@ class SparePool:
 
 
 def init(backend="auto", device=None, ad_stack_size=None, debug=False, validate_spirv=None, random_seed=0,
-         fast_math=True):
+         fast_math=True, native_math=False):
     global _current
     random_seed = _checked_seed(random_seed)   # before reset: a rejected call changes nothing
     fast_math = checked_fast_math(fast_math, "sp.init")
+    native_math = checked_fast_math(native_math, "sp.init", "native_math")
     ad_stack_size = checked_ad_stack_size(ad_stack_size, "sp.init")
     with LOCK:
         reset()
-        _current = Runtime(backend, device, ad_stack_size, debug, validate_spirv, random_seed, fast_math)
+        _current = Runtime(backend, device, ad_stack_size, debug, validate_spirv, random_seed, fast_math,
+                           native_math)
         return _current
 
 
-def checked_fast_math(value, where):
-    """The fast_math option of sp.init / @sp.kernel: True or False (None, for a kernel: the runtime's)."""
+def checked_fast_math(value, where, option="fast_math"):
+    """The fast_math (native_math) option of sp.init / @sp.kernel: True or False (None, for a kernel: the
+    runtime's)."""
     if value is None and where != "sp.init":
         return None
     if not isinstance(value, bool):
-        raise ArgumentError(f"{where}(fast_math=...) must be True or False, got {value!r}")
+        raise ArgumentError(f"{where}({option}=...) must be True or False, got {value!r}")
     return bool(value)
 
 

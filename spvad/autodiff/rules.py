@@ -1,5 +1,6 @@
 """Derivatives, one row per Op: `PARTIALS[op](e, args, out) -> (d out / d arg, ...)` for a differentiable
-Compute op, a mark (ZERO_GRADIENT, NO_FLOAT_OPERAND) for the others, and ATOMIC_RULES for atomics.
+Compute op, a mark (ZERO_GRADIENT, NO_FLOAT_OPERAND, AFTER_AUTODIFF) for the others, and ATOMIC_RULES for
+atomics.
 
 `e` is an Emitter placing IR; `args` and `out` are the primal values. `None` marks an operand that gets
 no gradient (inactive, an integer or a bool). Reverse mode multiplies each partial by the output's
@@ -8,7 +9,7 @@ adjoint; forward mode by the operand's dual.
 import math
 from dataclasses import dataclass
 
-from ..ir.ops import BINARY_BITWISE, LOGICAL, Op
+from ..ir.ops import BINARY_BITWISE, FLOAT_BIT_OPS, LOGICAL, Op
 
 
 def _c(e, v, like):
@@ -85,7 +86,9 @@ ZERO_GRADIENT = {Op.SIGN, Op.FLOOR, Op.CEIL, Op.ROUND, Op.FLOORDIV, Op.LT, Op.LE
 ZERO_GRADIENT |= {Op.STOP_GRADIENT}   # zero by definition: sp.stop_gradient(v) is v as a constant
 # Integer and bool operands only (ops.py type rules): nothing to differentiate.
 NO_FLOAT_OPERAND = {Op.NOT, Op.BIT_NOT} | BINARY_BITWISE | LOGICAL
-NOT_DIFFERENTIABLE = ZERO_GRADIENT | NO_FLOAT_OPERAND
+# The math library's float-bit ops (ir/libm/) appear only after autodiff: never differentiated.
+AFTER_AUTODIFF = set(FLOAT_BIT_OPS)
+NOT_DIFFERENTIABLE = ZERO_GRADIENT | NO_FLOAT_OPERAND | AFTER_AUTODIFF
 
 PARTIALS = {
     Op.NEG: lambda e, a, out: (_c(e, -1.0, out),),

@@ -184,6 +184,7 @@ class Compute(Stmt):
     op: Op
     args: tuple
     dtype: DType
+    exact: bool = False   # computed as written also under fast math (NoContraction): the math library's steps
     VALUE_FIELDS = ("args",)
     PURE = HEADER_OK = True
 

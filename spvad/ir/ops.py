@@ -82,6 +82,12 @@ class Op(enum.Enum):
     ATOMIC_ADD = "atomic_add"
     ATOMIC_MAX = "atomic_max"
     ATOMIC_MIN = "atomic_min"
+    # float bits (the math library's expansions, ir/libm/: they run after autodiff, so no derivative)
+    FLOAT_BITS = "float_bits"           # f32 -> i32, its bit pattern; f64 -> i32, its high word (sign, exponent,
+                                        # top 20 fraction bits)
+    FLOAT_LOW_BITS = "float_low_bits"   # f64 -> u32, its low word (the low 32 fraction bits)
+    F32_FROM_BITS = "f32_from_bits"     # i32 -> f32 with that bit pattern
+    F64_FROM_BITS = "f64_from_bits"     # (i32 high word, u32 low word) -> f64 with those words
 
 
 UNARY_SAME = {Op.NEG, Op.ABS, Op.SIGN, Op.STOP_GRADIENT}
@@ -94,10 +100,12 @@ BINARY_BITWISE = {Op.BIT_AND, Op.BIT_OR, Op.BIT_XOR, Op.SHL, Op.SHR}
 COMPARISONS = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE}
 LOGICAL = {Op.AND, Op.OR}
 ATOMICS = {Op.ATOMIC_ADD, Op.ATOMIC_MAX, Op.ATOMIC_MIN}
+FLOAT_BIT_OPS = {Op.FLOAT_BITS, Op.FLOAT_LOW_BITS, Op.F32_FROM_BITS, Op.F64_FROM_BITS}
 
-ARITY = {**{op: 1 for op in UNARY_SAME | UNARY_FLOAT | {Op.NOT, Op.BIT_NOT, Op.CAST}},
+ARITY = {**{op: 1 for op in UNARY_SAME | UNARY_FLOAT | {Op.NOT, Op.BIT_NOT, Op.CAST}
+            | {Op.FLOAT_BITS, Op.FLOAT_LOW_BITS, Op.F32_FROM_BITS}},
          **{op: 2 for op in BINARY_ARITH | BINARY_FLOAT | BINARY_BITWISE | COMPARISONS | LOGICAL | ATOMICS
-            | {Op.POWI}},
+            | {Op.POWI, Op.F64_FROM_BITS}},
          Op.SELECT: 3}
 
 
@@ -112,6 +120,8 @@ def result_dtype(op, operand_dtypes, cast_to=None):
         if not d[0].is_bool or d[1] != d[2]:
             raise TypeError(f"select needs (bool, T, T), got {d}")
         return d[1]
+    if op in FLOAT_BIT_OPS:
+        return _float_bits_dtype(op, d)
     if op in UNARY_SAME:
         if d[0].is_bool:
             raise TypeError(f"{op.value} does not apply to bool")
@@ -143,3 +153,15 @@ def result_dtype(op, operand_dtypes, cast_to=None):
             raise TypeError("true division needs float operands")
         return d[0]
     raise TypeError(f"no type rule for {op}")
+
+
+# operand dtypes -> result dtype of the float-bit ops
+_FLOAT_BITS_TYPES = {Op.FLOAT_BITS: {(T.f32,): T.i32, (T.f64,): T.i32}, Op.FLOAT_LOW_BITS: {(T.f64,): T.u32},
+                     Op.F32_FROM_BITS: {(T.i32,): T.f32}, Op.F64_FROM_BITS: {(T.i32, T.u32): T.f64}}
+
+
+def _float_bits_dtype(op, d):
+    rd = _FLOAT_BITS_TYPES[op].get(tuple(d))
+    if rd is None:
+        raise TypeError(f"{op.value} takes {' or '.join(map(str, _FLOAT_BITS_TYPES[op]))}, got {tuple(d)}")
+    return rd

@@ -87,32 +87,6 @@ def _float_only(fn):
     return lambda dt, *a: fn(*a)
 
 
-def _in_f32(fn):
-    """A row the device computes in f32 whatever the float type: GLSL.std.450 defines its instruction for
-    16/32-bit floats only, so the lowering narrows f64 operands and widens the result (L.glsl(...,
-    narrow=True), lower_ops._in_f32): an f64 result has f32 accuracy."""
-    return lambda dt, *a: dt.np.type(fn(*(np.float32(x) for x in a)))
-
-
-def _expm1(x):
-    # Kahan: u = exp(x) rounds, but (u - 1) / log(u) is the slope of exp over exactly [log u, 0], so
-    # (u - 1) * x / log(u) keeps full relative accuracy for small |x|; u == 1 means |x| below half an ulp.
-    # For |x| >= 1, u - 1 has no cancellation (and stays right at u = 0 and u = inf).
-    u = np.exp(x)
-    if abs(x) >= 1:
-        return u - 1
-    return x if u == 1 else (u - 1) * x / np.log(u)
-
-
-def _log1p(x):
-    # Kahan: u = 1 + x rounds, but log(u) / (u - 1) is the slope of log over exactly [1, u], so
-    # log(u) * x / (u - 1) is accurate for small |x|; u == 1 means x below half an ulp of 1.
-    u = x.dtype.type(1) + x
-    if abs(x) >= 1:
-        return np.log(u)
-    return x if u == 1 else np.log(u) * x / (u - 1)
-
-
 def _hypot(dt, a, b):
     # m sqrt(1 + (n / m)^2) with m = max(|a|, |b|), n = min(|a|, |b|): no overflow of a*a for large inputs.
     # n == m (also 0 and inf) takes ratio 1. Sqrt is exact in f64 on the device: no narrowing.
@@ -142,7 +116,15 @@ def _pow(x, y):
     return -mag if odd and np.signbit(x) else mag
 
 
-LOG10_2 = math.log10(2.0)
+def _float_bits(dt, x):
+    # f32: its bits; f64: its high word (OpBitcast to a vector of two u32, component 1: little-endian words)
+    return np.int32(x.view(np.int32)) if x.dtype == np.float32 else np.int32(np.int64(x.view(np.int64)) >> 32)
+
+
+def _f64_from_bits(dt, hi, lo):
+    return np.uint64((int(hi) & 0xFFFFFFFF) << 32 | int(lo)).view(np.float64)
+
+
 _ADD = _arith(lambda a, b: a + b, lambda a, b: a + b)
 
 
@@ -165,14 +147,17 @@ EVAL = {
     Op.ABS: _arith(abs, np.abs),
     Op.SIGN: _sign,
     Op.STOP_GRADIENT: lambda dt, a: a,
-    # transcendental: computed in f32, also for f64 (GLSL.std.450 has them for 16/32-bit floats only)
-    Op.SIN: _in_f32(np.sin), Op.COS: _in_f32(np.cos), Op.TAN: _in_f32(np.tan),
-    Op.ASIN: _in_f32(np.arcsin), Op.ACOS: _in_f32(np.arccos), Op.ATAN: _in_f32(np.arctan),
-    Op.SINH: _in_f32(np.sinh), Op.COSH: _in_f32(np.cosh), Op.TANH: _in_f32(np.tanh),
-    Op.EXP: _in_f32(np.exp), Op.LOG: _in_f32(np.log), Op.LOG2: _in_f32(np.log2),
-    Op.EXP2: _in_f32(np.exp2),
-    Op.LOG10: _in_f32(lambda x: np.log2(x) * np.float32(LOG10_2)),   # no Log10 instruction: log2 x log10(2)
-    Op.EXPM1: _in_f32(_expm1), Op.LOG1P: _in_f32(_log1p),
+    # transcendental: numpy's, in the operand's dtype. Kernels compute them with the math library's expansions
+    # (ir/libm/), which replace these ops before lowering and give the same bits on every backend; these rows
+    # are what simplify folds constants with, what a task header computes on the host, and what the
+    # interpreter computes under native_math=True (the driver's GLSL.std.450 functions then differ by
+    # their own error, f64 computed in f32: docs/language.md)
+    Op.SIN: _float_only(np.sin), Op.COS: _float_only(np.cos), Op.TAN: _float_only(np.tan),
+    Op.ASIN: _float_only(np.arcsin), Op.ACOS: _float_only(np.arccos), Op.ATAN: _float_only(np.arctan),
+    Op.SINH: _float_only(np.sinh), Op.COSH: _float_only(np.cosh), Op.TANH: _float_only(np.tanh),
+    Op.EXP: _float_only(np.exp), Op.LOG: _float_only(np.log), Op.LOG2: _float_only(np.log2),
+    Op.EXP2: _float_only(np.exp2), Op.LOG10: _float_only(np.log10),
+    Op.EXPM1: _float_only(np.expm1), Op.LOG1P: _float_only(np.log1p),
     # Sqrt, InverseSqrt, Floor, Ceil (and FAbs, FSign, FMin, FMax) are defined for f64: computed in the type
     Op.SQRT: _float_only(np.sqrt),
     Op.RSQRT: lambda dt, a: dt.np.type(1) / np.sqrt(a),
@@ -188,9 +173,9 @@ EVAL = {
     # Python semantics: floor division, remainder with the sign of the divisor (ints and floats).
     Op.FLOORDIV: _arith(_int_div(lambda a, b: a // b), np.floor_divide),
     Op.MOD: _arith(_int_div(lambda a, b: a % b), np.mod),
-    Op.POW: _in_f32(_pow),
+    Op.POW: _float_only(_pow),
     Op.POWI: _powi,
-    Op.ATAN2: _in_f32(np.arctan2),   # C99 at zeros and infinities too, as lower_ops._atan2 builds it
+    Op.ATAN2: _float_only(np.arctan2),   # C99 at zeros and infinities too, as lower_ops._atan2 builds it
     Op.HYPOT: _hypot,
     Op.FMOD: _float_only(np.fmod),   # OpFRem: the sign of a (Vulkan: as precise as a - b trunc(a / b))
     Op.MIN: _min,
@@ -208,6 +193,11 @@ EVAL = {
     Op.SELECT: lambda dt, c, a, b: a if c else b,
     # atomics: what is stored back into the element (the old value is the statement's result)
     Op.ATOMIC_ADD: _ADD, Op.ATOMIC_MAX: _max, Op.ATOMIC_MIN: _min,
+    # float bits (ir/libm/): the bit patterns as they are, NaN payloads and subnormals included
+    Op.FLOAT_BITS: _float_bits,
+    Op.FLOAT_LOW_BITS: lambda dt, x: np.uint32(x.view(np.uint64) & np.uint64(0xFFFFFFFF)),
+    Op.F32_FROM_BITS: lambda dt, i: np.int32(i).view(np.float32),
+    Op.F64_FROM_BITS: _f64_from_bits,
 }
 
 

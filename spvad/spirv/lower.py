@@ -280,6 +280,14 @@ class _Lowerer:
         self.vals[s] = self.tid if self.lane_index is None else self.lane_index
 
     def lower_Compute(self, s):
+        m = self.m
+        if s.exact and not m.exact_float:   # a math library step (ir/libm/): NoContraction under fast math too
+            m.exact_float = True
+            try:
+                self.vals[s] = LOWER[s.op](self, s, [self.value(a) for a in s.args])
+            finally:
+                m.exact_float = False
+            return
         self.vals[s] = LOWER[s.op](self, s, [self.value(a) for a in s.args])
 
     def lower_Alloca(self, s):

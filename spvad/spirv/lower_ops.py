@@ -321,6 +321,28 @@ def _cast(L, s, a):
     return L.emit(Op.OpBitcast, dst, x)   # i32 <-> u32 keep the bit pattern
 
 
+def _word_pair(L):
+    """The type of an f64's two u32 words (OpBitcast to it: component 0 the low word, 1 the high word)."""
+    return L.m.type_vector(L.ty(T.u32), 2)
+
+
+def _float_bits(L, s, a):
+    if s.args[0].dtype == T.f32:
+        return L.emit(Op.OpBitcast, T.i32, a[0])
+    words = L.f.emit(Op.OpBitcast, _word_pair(L), a[0])
+    return L.emit(Op.OpBitcast, T.i32, L.emit(Op.OpCompositeExtract, T.u32, words, 1))
+
+
+def _float_low_bits(L, s, a):
+    return L.emit(Op.OpCompositeExtract, T.u32, L.f.emit(Op.OpBitcast, _word_pair(L), a[0]), 0)
+
+
+def _f64_from_bits(L, s, a):
+    hi, lo = a
+    words = L.f.emit(Op.OpCompositeConstruct, _word_pair(L), lo, L.emit(Op.OpBitcast, T.u32, hi))
+    return L.emit(Op.OpBitcast, T.f64, words)
+
+
 LOWER = {
     IROp.NEG: _kinds(f=_op(Op.OpFNegate), i=_op(Op.OpSNegate), u=_op(Op.OpSNegate)),
     IROp.ABS: _kinds(f=_glsl(GLSL.FAbs), i=_i_abs, u=_same),
@@ -381,6 +403,10 @@ LOWER = {
     IROp.AND: _op(Op.OpLogicalAnd),
     IROp.OR: _op(Op.OpLogicalOr),
     IROp.SELECT: _op(Op.OpSelect),
+    IROp.FLOAT_BITS: _float_bits,
+    IROp.FLOAT_LOW_BITS: _float_low_bits,
+    IROp.F32_FROM_BITS: _op(Op.OpBitcast),
+    IROp.F64_FROM_BITS: _f64_from_bits,
 }
 
 

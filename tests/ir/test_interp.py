@@ -46,9 +46,9 @@ ROWS = [
     (Op.SELECT, T.i32, (True, 4, 9), 4), (Op.SELECT, T.i32, (False, 4, 9), 9),
     (Op.AND, T.u1, (True, False), False), (Op.OR, T.u1, (True, False), True), (Op.NOT, T.u1, (True,), False),
     (Op.LT, T.u1, (-1, 1), True), (Op.GE, T.u1, (2.0, 2.0), True),
-    # f64 transcendentals are computed in f32, as on the device (GLSL.std.450 defines them for 32 bits)
-    (Op.ATAN2, T.f64, (1.0, -1.0), f32(math.atan2(1.0, -1.0))),
-    (Op.POW, T.f64, (2.0, 0.5), f32(math.sqrt(2.0))), (Op.SIN, T.f64, (1.0,), float(np.sin(np.float32(1.0)))),
+    # f64 transcendentals are computed in f64 (numpy's: constant folding, native_math; kernels expand them, ir/libm)
+    (Op.ATAN2, T.f64, (1.0, -1.0), math.atan2(1.0, -1.0)),
+    (Op.POW, T.f64, (2.0, 0.5), math.sqrt(2.0)), (Op.SIN, T.f64, (1.0,), float(np.sin(np.float64(1.0)))),
     (Op.SQRT, T.f64, (2.0,), math.sqrt(2.0)),   # Sqrt is 64-bit: exact
     (Op.FMOD, T.f64, (-7.5, 2.0), -1.5), (Op.FMOD, T.f64, (7.5, -2.0), 1.5),   # C fmod: the sign of a
     (Op.MOD, T.f64, (-7.5, 2.0), 0.5),                                           # Python %: the sign of b

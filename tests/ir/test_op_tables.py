@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from spvad import types as T
-from spvad.autodiff.rules import ATOMIC_RULES, NO_FLOAT_OPERAND, PARTIALS, ZERO_GRADIENT
+from spvad.autodiff.rules import AFTER_AUTODIFF, ATOMIC_RULES, NO_FLOAT_OPERAND, PARTIALS, ZERO_GRADIENT
 from spvad.ir.interp import EVAL
 from spvad.ir.ops import ARITY, ATOMICS, Op, result_dtype
 from spvad.spirv.lower_ops import ATOMIC_LOWER, LOWER
@@ -35,9 +35,9 @@ def test_every_op_has_a_type_rule(op):
 
 
 def test_every_compute_op_is_differentiable_or_marked():
-    """PARTIALS, ZERO_GRADIENT (zero almost everywhere) and NO_FLOAT_OPERAND (ints and bools) partition
-    the Compute ops; atomics have their own rules."""
-    parts = [set(PARTIALS), ZERO_GRADIENT, NO_FLOAT_OPERAND]
+    """PARTIALS, ZERO_GRADIENT (zero almost everywhere), NO_FLOAT_OPERAND (ints and bools) and AFTER_AUTODIFF
+    (the math library's float-bit ops) partition the Compute ops; atomics have their own rules."""
+    parts = [set(PARTIALS), ZERO_GRADIENT, NO_FLOAT_OPERAND, AFTER_AUTODIFF]
     for a, b in itertools.combinations(parts, 2):
         assert not a & b, f"in two derivative tables: {_names(a & b)}"
     covered = set().union(*parts)

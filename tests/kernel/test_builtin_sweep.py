@@ -1,23 +1,23 @@
 """The sweep: every differentiable builtin that is an op of its own (sp.sin ... hypot, the operators), in every
-derivative mode (value, k.grad, sp.Tape, k.fwd, in-kernel sp.grad) and dtype (f32, f64), against JAX in float64
-on random points, on Vulkan and on the interpreter. (The math library's expansions, sp.erf ... sp.radians, have
-the same table in tests/kernel/test_more_math.py, edge values in tests/autodiff/test_edge_conventions.py.)
+derivative mode (value, k.grad, sp.Tape, k.fwd, in-kernel sp.grad) and dtype (f32, f64), against the exact result
+(mpmath at 120 bits, closed-form derivatives) on random points, on Vulkan and on the interpreter. JAX's float64
+was the first yardstick and is not exact enough for f64: at these points it is 14 ulp off for sinh, 17 for exp2,
+and 243 for d expm1 (which it computes as expm1 + 1). (The math library's expansions, sp.erf ... sp.radians,
+have their table in tests/kernel/test_more_math.py, edge values in tests/autodiff/test_edge_conventions.py.)
 
-The stated rule (docs/language.md): a value is within ULPS[dtype] ulp of JAX's float64 result rounded to the
-dtype (correctly rounded ops: +, -, *, /, sqrt, floor, ...: within 1 ulp; a row may say more, and says why); a
-derivative is within DERIV_ULPS[dtype] ulp of JAX's, in units of the larger of the derivative and the row's
-derivative scale (where a derivative passes through zero, its relative error is not meaningful).
+The stated rule (docs/language.md): a value is within ULPS[dtype] ulp of the exact result (correctly rounded
+ops: +, -, *, /, sqrt, floor, ...: within 1 ulp; a row may say more, and says why); a derivative is within
+DERIV_ULPS[dtype] ulp of the exact one, in units of the larger of the derivative and the row's derivative
+scale (where a derivative passes through zero, its relative error is not meaningful).
 
 All functions of one arity are one kernel, each function on its own column: `y[i, k] = f_k(a[i, k])`, so
 `a.grad[i, k]` is f_k's derivative and one compile covers the row set."""
+import mpmath
 import numpy as np
 import pytest
 
 import spvad as sp
 
-jax = pytest.importorskip("jax")
-jnp = pytest.importorskip("jax.numpy")
-jax.config.update("jax_enable_x64", True)
 
 pytestmark = pytest.mark.backends
 
@@ -37,55 +37,78 @@ def log_uniform(lo, hi, signed=False):
     return draw
 
 
-def fmod_ref(a, b):
-    return jnp.fmod(a, b)
+M = mpmath.mpf
+PI = mpmath.pi
 
 
-# name -> (JAX reference, operand samplers, value ulps (None: the dtype's rule), derivative scale)
+def step(c):
+    return M(1) if c else M(0)
+
+
+def trunc(v):
+    return mpmath.floor(v) if v >= 0 else mpmath.ceil(v)
+
+
+# name -> (exact value, exact partials per operand, operand samplers, value ulps (None: the dtype's rule),
+#          derivative scale), all on mpmath numbers at 120 bits
 UNARY = {
-    "sin": (jnp.sin, [uniform(-40, 40)], None, 1.0),
-    "cos": (jnp.cos, [uniform(-40, 40)], None, 1.0),
-    "tan": (jnp.tan, [uniform(-1.5, 1.5)], None, 1.0),
-    "asin": (jnp.arcsin, [uniform(-0.98, 0.98)], None, 1.0),
-    "acos": (jnp.arccos, [uniform(-0.98, 0.98)], None, 1.0),
-    "atan": (jnp.arctan, [log_uniform(1e-3, 1e3, signed=True)], None, 0.0),
-    "sinh": (jnp.sinh, [uniform(-20, 20)], None, 0.0),
-    "cosh": (jnp.cosh, [uniform(-20, 20)], None, 0.0),
-    "tanh": (jnp.tanh, [uniform(-6, 6)], None, 1.0),      # 1 - tanh^2, as JAX: absolute near |x| = 6
-    "exp": (jnp.exp, [uniform(-30, 30)], None, 0.0),
-    "exp2": (jnp.exp2, [uniform(-40, 40)], None, 0.0),
-    "expm1": (jnp.expm1, [log_uniform(1e-6, 10, signed=True)], None, 0.0),
-    "log": (jnp.log, [log_uniform(1e-4, 1e4)], None, 0.0),
-    "log2": (jnp.log2, [log_uniform(1e-4, 1e4)], None, 0.0),
-    "log10": (jnp.log10, [log_uniform(1e-4, 1e4)], None, 0.0),
-    "log1p": (jnp.log1p, [log_uniform(1e-6, 0.9, signed=True)], None, 0.0),
-    "sqrt": (jnp.sqrt, [log_uniform(1e-4, 1e4)], 1, 0.0),
-    "rsqrt": (lambda x: 1.0 / jnp.sqrt(x), [log_uniform(1e-4, 1e4)], None, 0.0),
-    "abs": (jnp.abs, [uniform(-5, 5)], 0, 1.0),
-    "floor": (jnp.floor, [uniform(-5, 5)], 0, 1.0),
-    "ceil": (jnp.ceil, [uniform(-5, 5)], 0, 1.0),
-    "round": (jnp.round, [uniform(-5, 5)], 0, 1.0),
-    "sign": (jnp.sign, [uniform(-5, 5)], 0, 1.0),
-    "neg": (lambda x: -x, [uniform(-5, 5)], 0, 1.0),
+    "sin": (mpmath.sin, [mpmath.cos], [uniform(-40, 40)], None, 1.0),
+    "cos": (mpmath.cos, [lambda x: -mpmath.sin(x)], [uniform(-40, 40)], None, 1.0),
+    "tan": (mpmath.tan, [lambda x: 1 / mpmath.cos(x) ** 2], [uniform(-1.5, 1.5)], None, 1.0),
+    "asin": (mpmath.asin, [lambda x: 1 / mpmath.sqrt(1 - x * x)], [uniform(-0.98, 0.98)], None, 1.0),
+    "acos": (mpmath.acos, [lambda x: -1 / mpmath.sqrt(1 - x * x)], [uniform(-0.98, 0.98)], None, 1.0),
+    "atan": (mpmath.atan, [lambda x: 1 / (1 + x * x)], [log_uniform(1e-3, 1e3, signed=True)], None, 0.0),
+    "sinh": (mpmath.sinh, [mpmath.cosh], [uniform(-20, 20)], None, 0.0),
+    "cosh": (mpmath.cosh, [mpmath.sinh], [uniform(-20, 20)], None, 0.0),
+    # d tanh = 1 - tanh^2 of the rounded tanh (as JAX): its error is absolute, in units of the derivative at 0
+    "tanh": (mpmath.tanh, [lambda x: 1 / mpmath.cosh(x) ** 2], [uniform(-6, 6)], None, 1.0),
+    "exp": (mpmath.exp, [mpmath.exp], [uniform(-30, 30)], None, 0.0),
+    "exp2": (lambda x: mpmath.power(2, x), [lambda x: mpmath.power(2, x) * mpmath.log(2)], [uniform(-40, 40)],
+             None, 0.0),
+    "expm1": (mpmath.expm1, [mpmath.exp], [log_uniform(1e-6, 10, signed=True)], None, 0.0),
+    "log": (mpmath.log, [lambda x: 1 / x], [log_uniform(1e-4, 1e4)], None, 0.0),
+    "log2": (lambda x: mpmath.log(x, 2), [lambda x: 1 / (x * mpmath.log(2))], [log_uniform(1e-4, 1e4)], None, 0.0),
+    "log10": (mpmath.log10, [lambda x: 1 / (x * mpmath.log(10))], [log_uniform(1e-4, 1e4)], None, 0.0),
+    "log1p": (mpmath.log1p, [lambda x: 1 / (1 + x)], [log_uniform(1e-6, 0.9, signed=True)], None, 0.0),
+    "sqrt": (mpmath.sqrt, [lambda x: 1 / (2 * mpmath.sqrt(x))], [log_uniform(1e-4, 1e4)], 1, 0.0),
+    "rsqrt": (lambda x: 1 / mpmath.sqrt(x), [lambda x: -x ** M(-1.5) / 2], [log_uniform(1e-4, 1e4)], None, 0.0),
+    "abs": (abs, [lambda x: step(x > 0) - step(x < 0)], [uniform(-5, 5)], 0, 1.0),
+    "floor": (mpmath.floor, [lambda x: M(0)], [uniform(-5, 5)], 0, 1.0),
+    "ceil": (mpmath.ceil, [lambda x: M(0)], [uniform(-5, 5)], 0, 1.0),
+    "round": (lambda x: M(float(np.round(float(x)))), [lambda x: M(0)], [uniform(-5, 5)], 0, 1.0),
+    "sign": (lambda x: step(x > 0) - step(x < 0), [lambda x: M(0)], [uniform(-5, 5)], 0, 1.0),
+    "neg": (lambda x: -x, [lambda x: M(-1)], [uniform(-5, 5)], 0, 1.0),
 }
 BINARY = {
-    "atan2": (jnp.arctan2, [uniform(-3, 3), uniform(-3, 3)], None, 0.0),
-    "pow": (jnp.power, [log_uniform(0.05, 5), uniform(-3, 3)], None, 0.0),
-    "hypot": (jnp.hypot, [uniform(-5, 5), uniform(-5, 5)], None, 1.0),
-    "fmod": (fmod_ref, [uniform(-10, 10), uniform(0.5, 3)], 0, 1.0),
-    "min": (jnp.minimum, [uniform(-5, 5), uniform(-5, 5)], 0, 1.0),
-    "max": (jnp.maximum, [uniform(-5, 5), uniform(-5, 5)], 0, 1.0),
-    "add": (lambda a, b: a + b, [uniform(-5, 5), uniform(-5, 5)], 1, 1.0),
-    "sub": (lambda a, b: a - b, [uniform(-5, 5), uniform(-5, 5)], 1, 1.0),
-    "mul": (lambda a, b: a * b, [uniform(-5, 5), uniform(-5, 5)], 1, 1.0),
-    "div": (lambda a, b: a / b, [uniform(-5, 5), log_uniform(0.1, 5, signed=True)], 1, 0.0),
-    "power": (lambda a, b: a ** b, [log_uniform(0.05, 5), uniform(-3, 3)], None, 0.0),
-    "floordiv": (lambda a, b: jnp.floor_divide(a, b), [uniform(-10, 10), uniform(0.5, 3)], 0, 1.0),
-    "mod": (lambda a, b: jnp.mod(a, b), [uniform(-10, 10), uniform(0.5, 3)], 0, 1.0),
+    "atan2": (mpmath.atan2, [lambda y, x: x / (x * x + y * y), lambda y, x: -y / (x * x + y * y)],
+              [uniform(-3, 3), uniform(-3, 3)], None, 0.0),
+    "pow": (mpmath.power, [lambda a, b: b * mpmath.power(a, b - 1), lambda a, b: mpmath.power(a, b) * mpmath.log(a)],
+            [log_uniform(0.05, 5), uniform(-3, 3)], None, 0.0),
+    "hypot": (mpmath.hypot, [lambda a, b: a / mpmath.hypot(a, b), lambda a, b: b / mpmath.hypot(a, b)],
+              [uniform(-5, 5), uniform(-5, 5)], None, 1.0),
+    "fmod": (lambda a, b: a - b * trunc(a / b), [lambda a, b: M(1), lambda a, b: -trunc(a / b)],
+             [uniform(-10, 10), uniform(0.5, 3)], 0, 1.0),
+    "min": (min, [lambda a, b: step(a < b), lambda a, b: step(b < a)], [uniform(-5, 5), uniform(-5, 5)], 0, 1.0),
+    "max": (max, [lambda a, b: step(a > b), lambda a, b: step(b > a)], [uniform(-5, 5), uniform(-5, 5)], 0, 1.0),
+    "add": (lambda a, b: a + b, [lambda a, b: M(1), lambda a, b: M(1)], [uniform(-5, 5), uniform(-5, 5)], 1, 1.0),
+    "sub": (lambda a, b: a - b, [lambda a, b: M(1), lambda a, b: M(-1)], [uniform(-5, 5), uniform(-5, 5)], 1, 1.0),
+    "mul": (lambda a, b: a * b, [lambda a, b: b, lambda a, b: a], [uniform(-5, 5), uniform(-5, 5)], 1, 1.0),
+    "div": (lambda a, b: a / b, [lambda a, b: 1 / b, lambda a, b: -a / (b * b)],
+            [uniform(-5, 5), log_uniform(0.1, 5, signed=True)], 1, 0.0),
+    "power": (mpmath.power, [lambda a, b: b * mpmath.power(a, b - 1), lambda a, b: mpmath.power(a, b) * mpmath.log(a)],
+              [log_uniform(0.05, 5), uniform(-3, 3)], None, 0.0),
+    "floordiv": (lambda a, b: mpmath.floor(a / b), [lambda a, b: M(0), lambda a, b: M(0)],
+                 [uniform(-10, 10), uniform(0.5, 3)], 0, 1.0),
+    "mod": (lambda a, b: a - b * mpmath.floor(a / b), [lambda a, b: M(1), lambda a, b: -mpmath.floor(a / b)],
+            [uniform(-10, 10), uniform(0.5, 3)], 0, 1.0),
 }
 TERNARY = {
-    "clamp": (lambda x, lo, hi: jnp.clip(x, lo, hi), [uniform(-3, 3), uniform(-2, -0.5), uniform(0.5, 2)], 0, 1.0),
-    "select": (lambda c, a, b: jnp.where(c > 0, a, b), [uniform(-1, 1), uniform(-5, 5), uniform(-5, 5)], 0, 1.0),
+    "clamp": (lambda x, lo, hi: min(max(x, lo), hi),
+              [lambda x, lo, hi: step(lo < x < hi), lambda x, lo, hi: step(x < lo), lambda x, lo, hi: step(x > hi)],
+              [uniform(-3, 3), uniform(-2, -0.5), uniform(0.5, 2)], 0, 1.0),
+    "select": (lambda c, a, b: a if c > 0 else b,
+               [lambda c, a, b: M(0), lambda c, a, b: step(c > 0), lambda c, a, b: step(c <= 0)],
+               [uniform(-1, 1), uniform(-5, 5), uniform(-5, 5)], 0, 1.0),
 }
 
 
@@ -206,19 +229,14 @@ def need(dtype):
 
 def operands(rows, arity, dtype, rng):
     """arity arrays of shape (N, len(rows)): column k holds row k's samples of that operand."""
-    cols = [[row[1][j](rng) for row in rows.values()] for j in range(arity)]
+    cols = [[row[2][j](rng) for row in rows.values()] for j in range(arity)]
     return [np.stack(c, axis=1).astype(dtype) for c in cols]
 
 
-def reference(fn, args):
-    with np.errstate(all="ignore"):
-        return np.asarray(fn(*[jnp.asarray(a.astype(np.float64)) for a in args]))
-
-
-def partials(fn, args):
-    """JAX's d f / d operand j at each point, for every operand."""
-    pts = [jnp.asarray(a.astype(np.float64)) for a in args]
-    return [np.asarray(jax.vmap(jax.grad(fn, argnums=j))(*pts)) for j in range(len(args))]
+def exact(fn, args):
+    """fn at each point of the float operands, exactly (mpmath, 120 bits), rounded to float64."""
+    with mpmath.workprec(120):
+        return np.array([float(fn(*[M(float(a[j])) for a in args])) for j in range(len(args[0]))])
 
 
 def ulps(got, want, dtype):
@@ -228,8 +246,8 @@ def ulps(got, want, dtype):
 
 def check_values(rows, args, got, dtype):
     bad = []
-    for k, (name, (fn, _, allowed, _)) in enumerate(rows.items()):
-        want = reference(fn, [a[:, k] for a in args])
+    for k, (name, (fn, _, _, allowed, _)) in enumerate(rows.items()):
+        want = exact(fn, [a[:, k] for a in args])
         limit = ULPS[dtype] if allowed is None else max(allowed, 0.5)
         err = ulps(got[:, k], want, dtype)
         if not np.all(err <= limit):
@@ -264,15 +282,14 @@ def test_values(arity, dtype, rng):
     check_values(rows, args, run_value(kernel, args, dtype, rows), dtype)
 
 
-_PARTIALS = {}   # (rows, operand bytes) -> JAX's partials: each takes seconds of eager JAX, and every mode and
-                # backend draws the same operands (the rng fixture's seed)
+_PARTIALS = {}   # (rows, operand bytes) -> the exact partials: every mode and backend draws the same operands
 
 
 def each_partial(rows, args):
     key = (id(rows), tuple(a.tobytes() for a in args))
     if key not in _PARTIALS:
-        _PARTIALS[key] = [(k, name, scale, partials(fn, [a[:, k] for a in args]))
-                          for k, (name, (fn, _, _, scale)) in enumerate(rows.items())]
+        _PARTIALS[key] = [(k, name, scale, [exact(d, [a[:, k] for a in args]) for d in ds])
+                          for k, (name, (_, ds, _, _, scale)) in enumerate(rows.items())]
     return _PARTIALS[key]
 
 
@@ -338,11 +355,11 @@ def test_in_kernel_grad(dtype, rng):
     y = sp.ndarray(sp.f32 if dtype == np.float32 else sp.f64, (N, 9))
     in_kernel(sp.from_numpy(a), sp.from_numpy(pts), y)
     got = y.to_numpy()
-    d = lambda fn, x: partials(fn, [x])[0]  # noqa: E731
-    wants = [("sin", d(jnp.sin, a[:, 0])), ("cos", d(jnp.cos, a[:, 1])), ("tan", d(jnp.tan, a[:, 2])),
-             ("exp", d(jnp.exp, a[:, 9])), ("log1p", d(jnp.log1p, a[:, 15]))]
-    wants += list(zip(("atan2 d/dy", "atan2 d/dx"), partials(jnp.arctan2, [pts[:, 0], pts[:, 1]])))
-    wants += list(zip(("pow d/da", "pow d/db"), partials(jnp.power, [pts[:, 2], pts[:, 3]])))
+    d = lambda name, x: exact(UNARY[name][1][0], [x])  # noqa: E731
+    wants = [("sin", d("sin", a[:, 0])), ("cos", d("cos", a[:, 1])), ("tan", d("tan", a[:, 2])),
+             ("exp", d("exp", a[:, 9])), ("log1p", d("log1p", a[:, 15]))]
+    wants += [(f"atan2 d/d{v}", exact(p, [pts[:, 0], pts[:, 1]])) for v, p in zip("yx", BINARY["atan2"][1])]
+    wants += [(f"pow d/d{v}", exact(p, [pts[:, 2], pts[:, 3]])) for v, p in zip("ab", BINARY["pow"][1])]
     bad = []
     for k, (name, want) in enumerate(wants):
         bad += check_derivative(name, got[:, k], want, 1.0 if k < 3 else 0.0, dtype, "in-kernel sp.grad")

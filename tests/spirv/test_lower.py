@@ -56,6 +56,8 @@ def op_cases():
         for dt in T.ALL:
             if op is Op.POWI:   # the exponent is i32 or u32 whatever the base
                 candidates = [(dt, e) for e in (T.i32, T.u32)]
+            elif op is Op.F64_FROM_BITS:   # (high word, low word)
+                candidates = [(dt, T.u32)]
             else:
                 candidates = [(T.u1, dt, dt) if op is Op.SELECT else (dt,) * ARITY[op]]
             for dts in candidates:

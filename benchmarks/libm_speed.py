@@ -1,0 +1,66 @@
+"""What the math library costs: peers.py's integrator (sin) and elementwise (tanh) workloads, forward and gradient, with
+spvad's expansions (ir/libm/) and with the driver's functions (sp.init(native_math=True)), interleaved in one
+process on one device: each repetition runs both, in turn. Both results are checked against the workload's float64
+references first. Prints the median ms of each and libm / native.
+
+Usage: python benchmarks/libm_speed.py [--repeat 9] [--only integrator,elementwise]
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import spvad as sp  # noqa: E402
+from spvad import runtime  # noqa: E402
+from workloads import elementwise, integrator  # noqa: E402
+
+WORKLOADS = {"integrator": integrator, "elementwise": elementwise}
+MODES = ("libm", "native")
+
+
+def timed(op):
+    if op.setup:
+        op.setup()
+        sp.sync()
+    t0 = time.perf_counter()
+    op.run()
+    op.sync()
+    return time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--only", default=",".join(WORKLOADS))
+    args = ap.parse_args()
+    print("| workload | op | libm (ms) | native (ms) | libm / native |")
+    print("|---|---|---|---|---|")
+    for name in args.only.split(","):
+        wl = WORKLOADS[name]
+        cfg = wl.config(False)
+        ref = wl.reference(cfg)
+        ops = wl.prepare_spvad(cfg, ref)   # (sp.init: the runtime's native_math is switched below, per run)
+        rt = runtime.get()
+        for op in ops:
+            samples = {m: [] for m in MODES}
+            for mode in MODES:   # compile, warm up, check
+                rt.native_math = mode == "native"
+                timed(op)
+                if op.check:
+                    ok, detail = op.check()
+                    assert ok, f"{name} {op.name} {mode}: {detail}"
+            for _ in range(args.repeat):
+                for mode in MODES:
+                    rt.native_math = mode == "native"
+                    samples[mode].append(timed(op))
+            libm, native = (statistics.median(samples[m]) * 1e3 for m in MODES)
+            print(f"| {name} | {op.name} | {libm:.2f} | {native:.2f} | {libm / native:.2f} |", flush=True)
+        rt.native_math = False
+
+
+if __name__ == "__main__":
+    main()

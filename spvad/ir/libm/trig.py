@@ -1,0 +1,101 @@
+"""The trigonometric family as IR expansions (libm's interface, __init__.py): sin, cos, tan here, on an argument
+reduced by pi/2 (trig_reduce.py); asin, acos, atan, atan2 in trig_inverse.py. Polynomials fitted against mpmath
+(weighted least squares on Chebyshev nodes, near minimax; the coefficients rounded to the dtype), the kernels
+in fdlibm's shape: the reduced argument's low word enters to first order, results as double-words where a
+division follows (tan). f32 within 4 ulp and f64 within 2 ulp of the exact result (tests/ir/test_libm_trig.py).
+"""
+import math
+
+from ..ops import Op
+from .arith import Arith
+from .trig_inverse import acos, asin, atan, atan2
+from .trig_reduce import fast_two_sum, reduce, two_prod
+
+# sin(r) = r + r z P(z), z = r^2, |r| <= 0.8: P's coefficients, highest power first (P(0) ~ -1/6)
+SIN_F32 = (-0.00019503841758705676, 0.008332077413797379, -0.16666653752326965)
+SIN_F64 = (1.5890474147290154e-10, -2.5050649883655073e-08, 2.7557313006235786e-06, -0.00019841269827846223,
+           0.008333333333319974, -0.1666666666666662)
+# cos(r) = 1 - z/2 + z^2 Q(z): Q's coefficients (Q(0) ~ 1/24)
+COS_F32 = (2.4422226488240995e-05, -0.0013887223321944475, 0.04166664555668831)
+COS_F64 = (-1.1355065409068715e-11, 2.0875635037374564e-09, -2.7557313704963816e-07, 2.4801587287244747e-05,
+           -0.0013888888888870536, 0.04166666666666658)
+
+
+def _kernels(f, r, rl):
+    """sin and cos of r + rl (|rl| <= ulp(r), |r| <= 0.8), each as an unevaluated sum (head, tail), |tail| small:
+    sin = r + (r^3 P(z) + rl (1 - z/2)); cos = w + (((1 - w) - z/2) + z^2 Q(z) - r rl), w = 1 - z/2 rounded and
+    (1 - w) - z/2 its rounding error, exact (fdlibm's kernels)."""
+    s_coeffs, c_coeffs = (SIN_F64, COS_F64) if f.f64 else (SIN_F32, COS_F32)
+    z = f.mul(r, r)
+    v = f.mul(z, r)
+    p = f.poly(s_coeffs[:-1], z)
+    s_tail = f.neg(f.sub(f.sub(f.mul(z, f.sub(f.mul(0.5, rl), f.mul(v, p))), rl), f.mul(v, s_coeffs[-1])))
+    hz = f.mul(0.5, z)
+    w = f.sub(1.0, hz)
+    c_tail = f.add(f.sub(f.sub(1.0, w), hz), f.sub(f.mul(z, f.mul(z, f.poly(c_coeffs, z))), f.mul(r, rl)))
+    return (r, s_tail), (w, c_tail)
+
+
+def _signbit(f, x):
+    """x's sign bit (-0.0 included; a NaN's does not matter: the result is NaN)."""
+    return f.iop("lt", f.high_word(x), 0)
+
+
+def _finish(f, x, value):
+    """`value` where x is finite, NaN (x - x) for infinities and NaN."""
+    return f.where(f.lt(f.abs(x), math.inf), value, f.sub(x, x))
+
+
+def _parts(f, x):
+    """(sign bit of x, quadrant q as a float in 0..3, reduced double-word) of |x|."""
+    q, r, rl = reduce(f, f.abs(x))
+    return _signbit(f, x), q, r, rl
+
+
+def _flip(f, cond, v):
+    return f.where(cond, f.neg(v), v)
+
+
+def _odd(f, q):
+    return f.eq(f.sub(q, f.mul(2.0, f.floor(f.mul(q, 0.5)))), 1.0)
+
+
+def sin(e, x):
+    """sin(|x|) by quadrant: sin, cos, -sin, -cos of r; odd: x's sign bit flips it."""
+    f = Arith(e, x)
+    neg, q, r, rl = _parts(f, x)
+    (sh, st), (ch, ct) = _kernels(f, r, rl)
+    odd = _odd(f, q)
+    v = f.add(f.where(odd, ch, sh), f.where(odd, ct, st))
+    return _finish(f, x, _flip(f, f.ne(f.ge(q, 2.0), neg), v))
+
+
+def cos(e, x):
+    """cos(|x|) by quadrant: cos, -sin, -cos, sin of r."""
+    f = Arith(e, x)
+    _, q, r, rl = _parts(f, x)
+    (sh, st), (ch, ct) = _kernels(f, r, rl)
+    odd = _odd(f, q)
+    v = f.add(f.where(odd, sh, ch), f.where(odd, st, ct))
+    return _finish(f, x, _flip(f, e.compute(Op.OR, f.eq(q, 1.0), f.eq(q, 2.0)), v))
+
+
+def tan(e, x):
+    """sin/cos of r (even quadrant) or -cos/sin (odd), a double-word quotient: a = n / d rounded, then
+    a + (n - a d) / d with a d exact (Dekker), so that only the last rounding and the kernels' errors count."""
+    f = Arith(e, x)
+    neg, q, r, rl = _parts(f, x)
+    (sh, st), (ch, ct) = _kernels(f, r, rl)
+    sh, sl = fast_two_sum(f, sh, st)
+    ch, cl = fast_two_sum(f, ch, ct)
+    odd = _odd(f, q)
+    nh, nl = f.where(odd, ch, sh), f.where(odd, cl, sl)
+    dh, dl = f.where(odd, f.neg(sh), ch), f.where(odd, f.neg(sl), cl)
+    a = f.div(nh, dh)
+    p, pe = two_prod(f, a, dh)
+    rem = f.sub(f.add(f.sub(f.sub(nh, p), pe), nl), f.mul(a, dl))
+    return _finish(f, x, _flip(f, neg, f.add(a, f.div(rem, dh))))
+
+
+EXPANSIONS = {Op.SIN: sin, Op.COS: cos, Op.TAN: tan, Op.ASIN: asin, Op.ACOS: acos, Op.ATAN: atan,
+              Op.ATAN2: atan2}
