@@ -7,6 +7,13 @@ gradients are checked against float64 first (WRONG instead of a time); the table
 Usage: python benchmarks/long_tape.py [--steps N] [--quick] [--systems spvad,taichi,quadrants] [--repeat R]
                                       [--out DIR] [--max-seconds S] [--no-install]
 The peers are installed as benchmarks/peers.py installs them (and reported UNAVAILABLE when they cannot run).
+
+       python benchmarks/long_tape.py --budgets [--steps N] [--spring-steps M] [--repeat R] [--out DIR]
+spvad's Tape with checkpoint_budget at 1/10 and 1/100 of the bytes the unbounded Tape keeps (it keeps
+snapshots and recomputes the forward between them in the backward: spvad/tape/recompute.py), for DiffTaichi's
+electric (N steps, default 2048) and a double-buffered mass-spring (M steps, default 10,000; 3 kernels a step):
+the Tape's time against the unbounded Tape's, the bytes kept and the launches recomputed. Each budgeted Tape's
+gradients are compared with the unbounded Tape's, and the loss and two spring gradients with float64.
 """
 import argparse
 import json
@@ -18,8 +25,11 @@ import time
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")   # lavapipe warns without one
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import numpy as np  # noqa: E402
+
 import peers  # noqa: E402
-from workloads import common, electric_long as wl  # noqa: E402
+import spvad as sp  # noqa: E402
+from workloads import common, electric_long as wl, mass_spring as ms  # noqa: E402
 
 SYSTEMS = ("spvad", "taichi", "quadrants")
 FORMS = {"prev": SYSTEMS, "difftaichi": ("spvad",)}   # which systems run each form (electric_long.py says why)
@@ -142,6 +152,8 @@ def print_table(head, body):
 
 
 def main():
+    if "--budgets" in sys.argv:
+        return budgets_main()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=0, help="time steps (default 2048, --quick 256)")
     ap.add_argument("--quick", action="store_true", help="256 steps, 2 repetitions: a smoke run")
@@ -175,6 +187,194 @@ def main():
             json.dump({"meta": meta, "results": rows}, f, indent=1)
     report(rows, meta)
     print(f"\nresults: {os.path.relpath(path)}; total {meta['total_s']} s")
+
+
+# ---- --budgets: sp.Tape(checkpoint_budget=...) past the budget, against the unbounded Tape -----------------
+FRACTIONS = (None, 10, 100)   # None: the unbounded Tape
+
+
+def budgets_main():
+    ap = argparse.ArgumentParser(description="spvad's Tape with checkpoint_budget (see the module docstring)")
+    ap.add_argument("--budgets", action="store_true")
+    ap.add_argument("--steps", type=int, default=2048, help="electric's steps")
+    ap.add_argument("--spring-steps", type=int, default=10000, help="the mass-spring's steps")
+    ap.add_argument("--grid", type=int, default=8, help="the mass-spring's grid (G x G particles)")
+    ap.add_argument("--repeat", type=int, default=1, help="timed Tapes per row (after a warm-up)")
+    ap.add_argument("--only", default="electric,mass-spring", help="workloads to run")
+    ap.add_argument("--out", default=peers.RESULTS)
+    args = ap.parse_args()
+    common.init_spvad()
+    meta = {"cpu": peers.cpu_model(), "device": sp.device_info().get("name"), "repeat": args.repeat,
+            "steps": args.steps, "spring_steps": args.spring_steps, "grid": args.grid}
+    rows, only = [], args.only.split(",")
+    for name, make in (("electric", lambda: electric_tapes(args.steps)),
+                       ("mass-spring", lambda: spring_tapes(args.spring_steps, args.grid))):
+        if name in only:
+            rows += budget_rows(name, *make(), args.repeat)
+    path = os.path.join(args.out, "long_tape-budgets.json")
+    os.makedirs(args.out, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "results": rows}, f, indent=1)
+    print(f"device: {meta['device']} (Vulkan); CPU: {meta['cpu']}; median of {args.repeat} after a warm-up; "
+          f"electric {args.steps} steps, mass-spring {args.spring_steps} steps on {args.grid}x{args.grid}")
+    head = ("workload", "budget", "Tape fwd+bwd", "vs unbounded", "bytes kept", "of budget", "recomputed", "check")
+    print_table(head, [(r["workload"], r["budget"], f"{r['tape_s']:.3g} s" if "tape_s" in r else "",
+                        f"{r['ratio']:.2f}x" if "ratio" in r else "",
+                        f"{r['kept_bytes']:,}" if "kept_bytes" in r else "",
+                        f"{r['budget_bytes']:,}" if r.get("budget_bytes") is not None else "",
+                        f"{r['recomputed']:,}" if "recomputed" in r else "", r["status"]) for r in rows])
+    print("\n" + "\n".join(f"  {r['workload']} {r['budget']}: {r['detail']}" for r in rows))
+    print(f"\nresults: {os.path.relpath(path)}")
+
+
+def budget_rows(name, launches, run, check, repeat):
+    """Rows of one workload: the unbounded Tape, then budgets of 1/10 and 1/100 of what it kept. `run(budget)`
+    runs a Tape and returns it and the gradients; `check(grads)` compares them with float64."""
+    rows, base = [], None
+    for fraction in FRACTIONS:
+        row = {"workload": name, "budget": "unbounded" if fraction is None else f"1/{fraction}",
+               "launches": launches, "budget_bytes": None if fraction is None else base["kept_bytes"] // fraction}
+        rows.append(row)
+        try:
+            _, warm = run(row["budget_bytes"])   # the warm-up compiles
+            times = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                tape, grads = run(row["budget_bytes"])
+                times.append(time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001 - a budget too small is a result, not a crash
+            row.update(status="ERROR", detail=common.describe(e))
+            continue
+        ok, detail = check(grads)
+        if base is None:   # float atomic adds in another order: how much two unbounded Tapes differ
+            row["noise"] = _difference(warm, grads)
+            detail += f"; two unbounded Tapes differ by {row['noise']:.2g} (relative)"
+        else:
+            row["difference"] = _difference(grads, base["grads"])
+            same = row["difference"] == 0
+            ok = ok and row["difference"] <= max(10 * base["noise"], 1e-5)
+            detail += "; gradients " + ("bitwise equal to the unbounded Tape's" if same else
+                                        f"differ from the unbounded Tape's by {row['difference']:.2g} (relative)")
+        row.update(status="OK" if ok else "WRONG", detail=detail, tape_s=statistics.median(times),
+                   kept_bytes=tape.checkpoint_bytes, recomputed=tape.recomputed_launches)
+        if base is None:
+            base = dict(row, grads=grads)
+        else:
+            row["ratio"] = row["tape_s"] / base["tape_s"]
+    return rows
+
+
+def _difference(grads, base):
+    """The largest difference between two lists of gradients, relative to the largest gradient of each."""
+    return max(float(np.abs(g - b).max() / max(np.abs(b).max(), 1e-30)) for g, b in zip(grads, base))
+
+
+def electric_tapes(steps):
+    """DiffTaichi's electric as examples/electric.py writes it: nn1(t) reads x[t] and v[t] before advance(t)
+    overwrites them (the unbounded Tape keeps those rows)."""
+    ref = wl.reference(steps, "difftaichi")
+    m = wl.example(steps)
+    m.allocate_fields()
+    m.goal.from_numpy(ref["goal"])
+    m.goal_v.from_numpy(ref["goal_v"])
+    for name, p in zip(wl.PARAMS, ref["params"]):
+        getattr(m, name).from_numpy(p)
+    x0 = wl.initial_state(ref)
+
+    def run(budget):
+        m.x.from_numpy(x0)
+        m.v.fill(0.0)
+        with sp.Tape(m.loss, checkpoint_budget=budget) as tape:
+            m.forward()
+        sp.sync()
+        return tape, [getattr(m, p).grad.to_numpy() for p in wl.PARAMS]
+
+    return wl.launches(steps), run, lambda grads: wl.check(float(m.loss[None]), grads, ref)
+
+
+# the mass-spring of workloads/mass_spring.py (its cloth, constants and float64 simulate), double-buffered: the
+# state is two (n, 2) arrays of positions and two of velocities, and a force array cleared every step
+@sp.kernel
+def clear_forces(f: sp.Array):
+    for i in range(f.shape[0]):
+        f[i, 0] = 0.0
+        f[i, 1] = 0.0
+
+
+@sp.kernel
+def spring_forces(x: sp.Array, f: sp.Array, a: sp.Array, b: sp.Array, k: sp.Array, rest: sp.Array):
+    for s in range(a.shape[0]):
+        i = a[s]
+        j = b[s]
+        dx = x[j, 0] - x[i, 0]
+        dy = x[j, 1] - x[i, 1]
+        length = sp.sqrt(dx * dx + dy * dy)
+        c = k[s] * (length - rest[s]) / length
+        f[i, 0] += c * dx
+        f[i, 1] += c * dy
+        f[j, 0] += -c * dx
+        f[j, 1] += -c * dy
+
+
+@sp.kernel
+def advance(x: sp.Array, v: sp.Array, f: sp.Array, free: sp.Array, x_new: sp.Array, v_new: sp.Array):
+    for i in range(x.shape[0]):
+        vx = free[i] * (v[i, 0] * ms.DAMPING + ms.DT * f[i, 0])
+        vy = free[i] * (v[i, 1] * ms.DAMPING + ms.DT * (f[i, 1] + ms.GRAVITY))
+        v_new[i, 0] = vx
+        v_new[i, 1] = vy
+        x_new[i, 0] = x[i, 0] + ms.DT * vx
+        x_new[i, 1] = x[i, 1] + ms.DT * vy
+
+
+@sp.kernel
+def spring_loss(x: sp.Array, target: sp.Array, loss: sp.Array):
+    for i in range(x.shape[0]):
+        dx = x[i, 0] - target[i, 0]
+        dy = x[i, 1] - target[i, 1]
+        loss[None] += (dx * dx + dy * dy) / x.shape[0]
+
+
+def spring_tapes(steps, grid):
+    """The double-buffered mass-spring: its Tape keeps the positions of every step (the force kernel's gradient
+    reads them, and the step after next overwrites them)."""
+    ref = ms.reference({"grid": grid, "steps": 1})   # (the cloth; the checks below run `steps` steps)
+    n = grid * grid
+    x = [sp.from_numpy(ref["p0"], needs_grad=True), sp.ndarray(sp.f32, (n, 2), needs_grad=True)]
+    v = [sp.ndarray(sp.f32, (n, 2), needs_grad=True), sp.ndarray(sp.f32, (n, 2), needs_grad=True)]
+    f = sp.ndarray(sp.f32, (n, 2), needs_grad=True)
+    a, b, rest, free, target = (sp.from_numpy(ref[key]) for key in ("a", "b", "rest", "free", "target"))
+    k, loss = sp.from_numpy(ref["k"], needs_grad=True), sp.ndarray(sp.f32, (), needs_grad=True)
+
+    def run(budget):
+        x[0].from_numpy(ref["p0"])
+        v[0].fill(0.0)
+        with sp.Tape(loss, checkpoint_budget=budget) as tape:
+            for s in range(steps):
+                clear_forces(f)
+                spring_forces(x[s % 2], f, a, b, k, rest)
+                advance(x[s % 2], v[s % 2], f, free, x[1 - s % 2], v[1 - s % 2])
+            spring_loss(x[steps % 2], target, loss)
+        sp.sync()
+        return tape, [k.grad.to_numpy(), x[0].grad.to_numpy()]
+
+    f64 = dict(k=ref["k"].astype(np.float64), a=ref["a"], b=ref["b"], rest=ref["rest"].astype(np.float64),
+               free=ref["free"].astype(np.float64), target=ref["target"].astype(np.float64), steps=steps)
+    p0 = ref["p0"].astype(np.float64)
+    want = ms.simulate(p0, **f64)[0]
+    springs, slopes = ref["springs"][:2], []
+    for s in springs:   # central differences of two stiffnesses, in float64
+        h, kp, km = 1e-4 * f64["k"][s], f64["k"].copy(), f64["k"].copy()
+        kp[s] += h
+        km[s] -= h
+        slopes.append((ms.simulate(p0, **{**f64, "k": kp})[0] - ms.simulate(p0, **{**f64, "k": km})[0]) / (2 * h))
+
+    def check(grads):
+        return common.all_close([
+            ("loss", common.close_to([float(loss[None])], [want], rtol=1e-3)),
+            ("k.grad", common.close_to(grads[0][springs], slopes, rtol=1e-2, atol=1e-2 * np.abs(slopes).max()))])
+
+    return 3 * steps + 1, run, check
 
 
 if __name__ == "__main__":

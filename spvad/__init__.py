@@ -1,6 +1,7 @@
 """spvad: a small GPU autodiff compiler from Python kernels to SPIR-V, running on Vulkan (and Metal)."""
 from .errors import (AdStackOverflowError, ArgumentError, AutodiffRuleError, CompileError, DeviceError,
                      PipelineCreationError, ReentryError, SpirvValidationError, SpvadError, ThreadCountError)
+from .frontend.objects import data_oriented
 from .kernel import func, kernel
 from .lang import *  # noqa: F401,F403 (lang.__all__: the names kernels call, the math functions included)
 from .ndarray import copy, from_numpy, ndarray

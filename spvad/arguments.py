@@ -2,13 +2,16 @@
 checked before anything reaches the device, and the specialisation key (one spec per parameter), the ndarrays
 bound and the scalar values (vector and matrix arguments by component) of a launch."""
 import inspect
+import weakref
 
 import numpy as np
 
 from . import runtime
 from . import types as T
 from .errors import ArgumentError
-from .frontend import ArraySpec, TemplateSpec, VectorArgSpec
+from .frontend import ArraySpec, VectorArgSpec
+from .frontend.objects import is_root_object, template_spec
+from .frontend.structs import flatten, is_struct
 from .lang import Array, Template
 
 
@@ -64,21 +67,28 @@ def bind(kname, params, args):
         raise ArgumentError(f"kernel {kname} takes {len(params)} arguments "
                             f"({', '.join(n for n, _ in params)}), got {len(args)}")
     specs, arrays, scalars = [], [], []
-    rt = runtime.get()
     for (name, ann), value in zip(params, args):
         if getattr(value, "_spvad_ndarray", False):   # (through sp.template() too: bound as an argument)
             if ann is not None and ann is not Array and not isinstance(ann, Template):
                 raise ArgumentError(f"kernel {kname}: argument '{name}' is annotated {ann!r} "
                                     f"but got an ndarray")
-            if value._runtime is not rt:
-                when = "by the parent process before os.fork()" if value._runtime.forked else \
-                    "before sp.reset()/sp.init()"
-                raise ArgumentError(f"kernel {kname}: argument '{name}' was created {when}; create it again")
+            check_runtime(kname, name, value)
             specs.append(ArraySpec(value.dtype, value.ndim, value.grad is not None, value.dual is not None))
             arrays.append(value)
             continue
-        if isinstance(ann, Template):   # a compile-time value: the kernel is specialised per value
-            specs.append(TemplateSpec(value))
+        if isinstance(ann, Template) or ann is None and is_root_object(value) and not is_struct(value):
+            # a compile-time value (a @sp.data_oriented object too: `Sim.step(sim)`): specialised per value
+            specs.append(template_spec(value, name))   # (an object: on its numbers too, objects.py)
+            continue
+        if is_struct(value):   # a dataclass: its fields bound as arguments (frontend/structs.py)
+            if ann is not None and not isinstance(value, ann if isinstance(ann, type) else type(value)):
+                raise ArgumentError(f"kernel {kname}: argument '{name}' is annotated {ann!r} but got "
+                                    f"{type(value).__name__}")
+            spec, more_arrays, more_scalars = flatten(kname, name, value, check_runtime, scalar_dtype,
+                                                      vector_components)
+            specs.append(spec)
+            arrays += more_arrays
+            scalars += more_scalars
             continue
         if ann is Array:
             raise ArgumentError(f"kernel {kname}: argument '{name}' must be an sp.ndarray, got "
@@ -92,6 +102,58 @@ def bind(kname, params, args):
         specs.append(dtype)
         scalars.append(value)
     return specs, arrays, scalars
+
+def check_runtime(kname, name, value):
+    """An ndarray argument must belong to the current runtime."""
+    if value._runtime is not runtime.get():
+        when = "by the parent process before os.fork()" if value._runtime.forked else "before sp.reset()/sp.init()"
+        raise ArgumentError(f"kernel {kname}: argument '{name}' was created {when}; create it again")
+
+
+class BoundMethods(dict):
+    """An instance's bound kernels (kernel -> bound kernel), kept in its `__dict__` (they go when it goes). A
+    copy of the instance (copy, deepcopy, pickle) gets none: its kernels bind the copy afresh."""
+
+    def __init__(self, owner=None):
+        super().__init__()
+        try:
+            self.owner = owner if owner is None else weakref.ref(owner)
+        except TypeError:   # (no weak references to it: the instance itself, a cycle the collector frees)
+            self.owner = lambda: owner
+
+    def __copy__(self):
+        return BoundMethods()
+
+    def __deepcopy__(self, memo):
+        return BoundMethods()
+
+    def __reduce__(self):
+        return BoundMethods, ()
+
+
+def bound_method(kernel, obj, make):
+    """`obj.step` for a kernel defined in a class: a kernel (`make()`, a fresh one) whose first parameter,
+    `self`, is bound to `obj` as a compile-time object (frontend/objects.py's ObjectSpec), one per instance."""
+    slots = getattr(obj, "__dict__", {}).get("_spvad_bound")
+    if slots is not None and slots.owner is not None and slots.owner() is obj and kernel in slots:
+        return slots[kernel]
+    bound = make()
+    for k, v in vars(kernel).items():   # its options and markers (@sp.no_grad's), not its compiled state
+        if not k.startswith("_") and k != "tape_recipes":
+            vars(bound)[k] = v
+    (name, _), *rest = kernel.params or [("self", None)]
+    bound.bound_to, bound.params, bound.method_params = obj, rest, [(name, Template())] + rest
+    if hasattr(obj, "__dict__"):
+        if slots is None or slots.owner is None or slots.owner() is not obj:
+            slots = vars(obj)["_spvad_bound"] = BoundMethods(obj)
+        slots[kernel] = bound
+    return bound
+
+
+def method_key(obj):
+    """The specialisation key of a method's `self` now (its numbers' values included)."""
+    return template_spec(obj, "self").key
+
 
 def vector_components(kname, name, vtype, value):
     """The components of a vector (matrix) argument annotated `vtype`: a sequence or numpy array of n

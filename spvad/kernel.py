@@ -15,7 +15,8 @@ from .ir.printer import format_kernel
 from .frontend.source import FunctionSource
 from .launch import BoundReplay, Replay, launch
 from .launch.global_names import binds, captured_now, note_rebound
-from .ndarray import Ndarray
+from .lang import Array
+from .ndarray import Ndarray, from_numpy
 from .pipeline import DUAL, PASSES, PRIMAL, REVERSE, Mode, Target, compile_kernel
 from .spirv import tools
 
@@ -37,13 +38,49 @@ class Func:
     def __call__(self, *args, **kwargs):
         return self.fn(*args, **kwargs)
 
+    def __get__(self, obj, cls=None):   # a method of a class, called from Python (kernels bind it themselves)
+        return self if obj is None else functools.partial(self.fn, obj)
+
 
 def func(fn):
     return Func(fn)
 
 
+def _with_numpy_arrays(kernel, args):
+    """A launch with numpy arrays for `sp.Array` parameters, as Taichi takes them: each is copied into a new
+    ndarray (sp.from_numpy's dtype) and the ndarray's contents back into it after the launch. False: no
+    argument was one (the launch is the caller's)."""
+    args, copies = list(args), []
+    for k, ((name, ann), a) in enumerate(zip(kernel.params, args)):
+        if ann is Array and type(a) is np.ndarray:
+            try:
+                args[k] = from_numpy(a)
+            except ArgumentError as e:
+                raise ArgumentError(f"kernel {kernel.name}: numpy argument '{name}': {e}") from None
+            copies.append((name, a, args[k]))
+    if not copies:
+        return False
+    kernel(*args)
+    for name, host, dev in copies:
+        new = dev.to_numpy()
+        if host.flags.writeable:
+            host[...] = new
+        elif not np.array_equal(new, host):   # never a silently lost write
+            raise ArgumentError(f"kernel {kernel.name} wrote into argument '{name}', a read-only numpy array; "
+                                "pass a writeable copy (np.array(a)) or an sp.ndarray")
+    return True
+
+
 class Kernel:
     """A compiled-on-demand kernel. Call it to launch; `.grad`/`.fwd` launch its derivatives."""
+    _spvad_kernel, bound_to = True, None   # bound_to: the instance of a method (`obj.step`)
+
+    def __get__(self, obj, cls=None):
+        """`obj.step`: the kernel with `self` bound to `obj` (a @sp.data_oriented class), one per instance."""
+        if obj is None or self.bound_to is not None:
+            return self
+        return arguments.bound_method(self, obj, lambda: Kernel(self.fn, self.ad_stack_size, self.fast_math,
+                                                                   self.native_math))
 
     def __init__(self, fn, ad_stack_size=None, fast_math=None, native_math=None):
         self.fn = fn
@@ -69,6 +106,8 @@ class Kernel:
 
     def _bind(self, args):
         """Check arguments before anything reaches the device; returns (spec key, arrays, scalars)."""
+        if self.bound_to is not None:   # a method: `self`, a compile-time object, first (arguments.bound_method)
+            return arguments.bind(self.name, self.method_params, (self.bound_to, *args))
         return arguments.bind(self.name, self.params, args)
 
     def _compiled(self, specs, mode=PRIMAL, features=None, captured=None):
@@ -149,6 +188,8 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         if kwargs:   # before the fast path, which compares positional arguments
             args = self._positional(args, kwargs)
+        if np.ndarray in map(type, args) and _with_numpy_arrays(self, args):
+            return
         with runtime.LOCK:
             modes = recording.modes
             if modes.fwd:
@@ -159,7 +200,8 @@ class Kernel:
             if fast is not None and (recorder is None or not recorder.validation or not recording.validating(self)):
                 scalars = fast.new_scalars(self, args)   # the recorded list itself for the very same objects
                 if scalars is not None and (scalars is fast.scalars or fast.threads_fixed or
-                                            fast.same_threads(scalars)):
+                                            fast.same_threads(scalars)) and (   # a method's self: the same numbers
+                        self.bound_to is None or fast.bound_key == arguments.method_key(self.bound_to)):
                     if fast.draws_random:   # a new list: run() packs the push constants again
                         scalars = self._fresh_random_key(fast.ck, scalars)
                     entry = recorder and recorder.before_launch(self, fast.specs, fast.arrays(args),
@@ -186,8 +228,11 @@ class Kernel:
             records = launch(ck, arrays + captured, scalars)
             immutable = all(isinstance(a, (int, float, bool, np.generic)) or getattr(a, "_spvad_ndarray", False)
                             for a in args)   # a 0-d numpy array or a list could change in place
-            self._replay = Replay(args, specs, scalars, records, ck, captured) \
+            bound = self.bound_to is not None   # a method: replayed while `self` holds the same numbers
+            self._replay = Replay(args, specs[bound:], scalars, records, ck, captured) \
                 if records is not None and immutable else None
+            if bound and self._replay is not None:
+                self._replay.specs, self._replay.bound_key = specs, specs[0].key
         if entry and entry.post:
             recorder.after_launch(entry)
 
@@ -229,14 +274,17 @@ class Kernel:
             if isinstance(s, ArraySpec):
                 a = next(it)
                 s = ArraySpec(s.dtype, s.ndim, a.grad is not None, a.dual is not None)
+            elif hasattr(s, "now"):   # a dataclass's ndarrays (frontend/structs.py)
+                s = s.now(it)
             out.append(s)
         return out
 
     def derivative_with_companions(self, specs, arrays, mode, give):
         """(specs, compiled derivative kernel of pipeline.Mode `mode`) after `give(array, parameter name,
         captured)` added a .grad (.dual) to every array that would carry the derivative without one (`give`
-        may raise instead). Every derivative launch (k.grad, k.fwd, Tape, FwdMode) asks here first, so what
-        no launch can compute is refused before anything runs."""
+        may raise instead, or add none: the array is a constant of the derivative). Every derivative launch
+        (k.grad, k.fwd, Tape, FwdMode) asks here first, so what no launch can compute is refused before
+        anything runs."""
         everything = arrays + self.captured_now(self._compiled(specs))
         field = "dual" if mode.kind == "dual" else "grad"
         for _ in range(len(everything) + 1):   # each round adds companions; at most one per array
@@ -248,6 +296,8 @@ class Kernel:
             names = self.array_names(ck)
             for ai in missing:
                 give(everything[ai], names[ai], ai >= len(arrays))
+            if all(getattr(everything[ai], field) is None for ai in missing):
+                break   # `give` keeps them constants of the derivative (sp.Tape(needs_grad_only=True))
         self._refuse_mid_launch_reads(ck)
         return specs, ck
 

@@ -5,6 +5,7 @@ The runtime launches it before the gradient and sizes those loops' stacks from t
 from .. import types as T
 from ..ir import nodes as N
 from ..ir.ops import Op
+from ..ir.simplify import eliminate_dead_code
 
 
 def build_count_kernel(kernel, task, measured, skip=frozenset()):
@@ -18,6 +19,9 @@ def build_count_kernel(kernel, task, measured, skip=frozenset()):
     m = {}
     header = N.Block([N.clone_stmt(s, m) for s in task.header.stmts])
     count_task = N.Task(task.name + "_depth", task.kind, header, m[task.num_threads], body)
+    # only what the counts need: a load feeding a write left out (`s[0] = s[0] + x[i]` in a while loop) is
+    # no read of the launch's contents the probe must see
+    eliminate_dead_code(count_task)
     return N.Kernel(kernel.name + "_depth", kernel.arrays + [counters], kernel.scalars, [count_task],
                     kernel.filename), max(measured) + 1
 

@@ -10,8 +10,9 @@ import numpy as np
 from .. import types as T
 from ..ir import nodes as N
 from ..ir.ops import Op
+from .array_lists import ArrayList, ItemSite
 from .values import FieldRef, array_type
-from .vectors import VecValue, shape_words, shaped
+from .vectors import COMPONENTS, VecValue, shape_words, shaped
 
 
 def array_param(b, name, dtype, ndim, needs_grad, needs_dual):
@@ -26,10 +27,11 @@ def array_param(b, name, dtype, ndim, needs_grad, needs_dual):
     return p
 
 
-def captured_array(b, name, obj):
-    """The IR array of an ndarray a kernel reads by a global (or closure) name: one parameter per binding, not
-    per object (two names may part at a later launch, which binds what each name refers to then)."""
-    site = b.src.site(name)
+def captured_array(b, name, obj, site=None):
+    """The IR array of an ndarray a kernel reads by a global (or closure) name, or through `site` (an item of
+    a list of them): one parameter per binding, not per object (two names may part at a later launch, which
+    binds what each name refers to then)."""
+    site = site or b.src.site(name)
     for p, s, _ in b.captured:
         if s.key == site.key:
             return p
@@ -37,6 +39,26 @@ def captured_array(b, name, obj):
     p = array_param(b, name, *kind)
     b.captured.append((p, site, kind))
     return p
+
+
+def list_item(b, lst, k):
+    """`r[k]` of a list (tuple) of ndarrays, for a compile-time integer `k`: the item's array, a nested
+    ArrayList, or a constant (a number in the list)."""
+    if isinstance(k, bool) or not isinstance(k, int):
+        b.error("a list of ndarrays is indexed by compile-time integers (a constant, or the variable of a "
+                "sp.static loop: `for level in sp.static(range(3))`)")
+    n = len(lst.items)
+    if not -n <= k < n:
+        b.error(f"index {k} out of range for a list of {n} items")
+    site, item = ItemSite(lst.site, k % n), lst.items[k % n]
+    if getattr(item, "_spvad_ndarray", False):
+        return captured_array(b, site.name, item, site)
+    return b.global_object(site.name, item, site)
+
+
+def list_items(b, value):
+    """The items of a list of ndarrays as `r[k]` reads each (`len(r)`, `sp.static(r)`); None for another value."""
+    return tuple(list_item(b, value, k) for k in range(len(value.items))) if isinstance(value, ArrayList) else None
 
 
 # ---- ndarrays of vectors (matrices): trailing storage axes of the element's shape ----
@@ -70,6 +92,8 @@ def subscript_target(b, node):
         parts.insert(0, inner.slice)
         inner = inner.value
     base = b.visit(inner)
+    while isinstance(base, ArrayList) and len(parts) > 1:   # r[level][i, j]: the list's item first
+        base = list_item(b, base, b.visit(parts.pop(0)))
     arr, field = (base.array, base.field) if isinstance(base, FieldRef) else (base, "primal")
     if not isinstance(arr, N.ArrayParam):
         if len(parts) > 1:
@@ -88,6 +112,17 @@ def subscript_target(b, node):
         b.error(f"array '{arr.name}' has {what}, indexed with {len(raw)}")
     idx = tuple(b.cast(b.index_value(i), T.i32) for i in raw)
     return arr, field, idx
+
+
+def component_target(b, target):
+    """`a[i].x` as an assignment target is `a[i][0]` (Taichi's and Warp's component write on an array element,
+    or on a row of a matrix local); any other target is returned as it is."""
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Subscript):
+        if target.attr not in COMPONENTS:
+            b.error(f"an element has no component '{target.attr}' to assign (use .x .y .z .w or [k])")
+        return ast.copy_location(ast.Subscript(target.value, ast.Constant(COMPONENTS[target.attr]), ast.Store()),
+                                 target)
+    return target
 
 
 def index_parts(v):
@@ -111,6 +146,8 @@ def element_values(b, arr, value):
     """The per-component values stored into a vector (matrix) element (a scalar is broadcast)."""
     shape = element_shape(b, arr)
     if isinstance(value, VecValue):
+        if value.shape == shape + (1,):   # a column, sp.Matrix(n, 1) (`M @ c`), stores as the n-vector it is
+            value = VecValue(value.comps)
         if value.shape != shape:
             b.error(f"cannot store a {value.name} into an array of {shape_words(shape, plural=True)}")
         return [b.cast(c, arr.dtype) for c in value.comps]

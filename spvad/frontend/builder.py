@@ -10,13 +10,15 @@ from ..ir import nodes as N
 from ..ir.emit import PY_SCALARS
 from ..ir.ops import Op
 from . import array_reads, funcs
-from .arrays import array_param, atomic_element, load_element, store_element, subscript_target, user_ndim
+from .arrays import (array_param, atomic_element, component_target, list_items, load_element, store_element,
+                     subscript_target, user_ndim)
 from .derivatives import Transform
 from .exprs import ExprVisitor
 from .local_arrays import assign_local_element, local_array_name
 from .matrices import make_matrix
 from .random_numbers import RandomState
 from .source import FunctionSource
+from .structs import StructSpec, bind_struct
 from .tasks import TasksMixin
 from .values import (ENDED, ArraySpec, FieldRef, Lazy, Scope, ShapeRef, TemplateSpec, TemplateValue,
                      VectorArgSpec)
@@ -76,7 +78,10 @@ class KernelBuilder(TasksMixin, ExprVisitor):
                     self.kernel.scalars.append(params[-1])
                 self.param_bindings.append(("vector", tuple(params)))
                 scope.names[a.arg] = VecArg(params, spec.dtype.shape)
+            elif isinstance(spec, StructSpec):   # a dataclass: its fields as arguments (structs.py)
+                scope.names[a.arg] = bind_struct(self, a.arg, spec)
             elif isinstance(spec, TemplateSpec):   # sp.template(): a compile-time value, as a global is
+                getattr(spec, "check_unchanged", lambda: None)()   # a method's self (objects.ObjectSpec)
                 self.param_bindings.append(("template", None))
                 scope.names[a.arg] = TemplateValue(spec.value)
             else:
@@ -153,14 +158,14 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         return True
 
     def as_tuple(self, value):
-        """A tuple, `x.shape` as a tuple of shape values, a vector as its components; None for anything else."""
+        """A tuple, `x.shape`'s values, a vector's components, a list of ndarrays' arrays; None for anything else."""
         if isinstance(value, ShapeRef):
             return tuple(self.emit(N.ArrayShape(value.array, k)) for k in range(user_ndim(self, value.array)))
         if isinstance(value, MatValue):
             return tuple(value.row(i) for i in range(value.rows))
         if isinstance(value, VecValue):
             return value.comps
-        return value if isinstance(value, tuple) else None
+        return value if isinstance(value, tuple) else list_items(self, value)   # (None: no tuple)
 
     def unpack(self, value, n):
         """The elements of a tuple (or of `x.shape`) assigned to `n` targets."""
@@ -180,7 +185,7 @@ class KernelBuilder(TasksMixin, ExprVisitor):
                 return funcs.after_return_point(self, s, lambda: self.visit_body(stmts[k + 1:]), k + 1 < len(stmts))
 
     def generic_visit(self, node):
-        self.at(node) if isinstance(node, ast.stmt) else None
+        self.at(node) if hasattr(node, "lineno") else None   # (a lambda on a continuation line: its own line)
         name = type(node).__name__
         hint = {"ListComp": "list comprehensions", "Lambda": "lambda", "Try": "try/except", "With": "with",
                 "DictComp": "dict comprehensions", "SetComp": "set comprehensions", "GeneratorExp":
@@ -193,8 +198,8 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         self.error(f"unsupported Python in a kernel: {hint}")
 
     def visit_Expr(self, node):
-        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            return
+        if isinstance(node.value, ast.Constant) and (isinstance(node.value.value, str) or node.value.value is ...):
+            return   # a docstring, or `...` (a body that does nothing, as `pass`)
         self.statement_call = node.value
         self.visit(node.value)
 
@@ -219,6 +224,7 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         self.assign(node.target, self.strong(self.cast(self.visit(node.value), dtype)), dtype)
 
     def assign(self, target, value, dtype=None):
+        target = component_target(self, target)   # a[i].x = v
         if isinstance(target, ast.Tuple):
             for t, v in zip(target.elts, self.unpack(value, len(target.elts))):
                 self.assign(t, v)
@@ -336,20 +342,20 @@ class KernelBuilder(TasksMixin, ExprVisitor):
         return getattr(self.scope, "params", ())
 
     def visit_AugAssign(self, node):
-        sym = self.OPS[type(node.op)]
-        if isinstance(node.target, (ast.Subscript, ast.Attribute)) and local_array_name(self, node.target):
-            assign_local_element(self, node.target, self.visit(node.value), sym)
-        elif isinstance(node.target, ast.Subscript):
-            arr, field, idx = subscript_target(self, node.target)
+        sym, target = self.OPS[type(node.op)], component_target(self, node.target)   # a[i].y -= v
+        if isinstance(target, (ast.Subscript, ast.Attribute)) and local_array_name(self, target):
+            assign_local_element(self, target, self.visit(node.value), sym)
+        elif isinstance(target, ast.Subscript):
+            arr, field, idx = subscript_target(self, target)
             value = self.visit(node.value)
             if sym in ("+", "-"):
                 atomic_element(self, Op.ATOMIC_ADD, arr, field, idx, value, negate=sym == "-")
                 return
             old = load_element(self, arr, field, idx)
             store_element(self, arr, field, idx, self.binop(sym, old, value))
-        elif isinstance(node.target, ast.Name):
-            cur = self.load_name(node.target.id)
-            self.assign_name(node.target.id, self.binop(sym, cur, self.visit(node.value)))
+        elif isinstance(target, ast.Name):
+            cur = self.load_name(target.id)
+            self.assign_name(target.id, self.binop(sym, cur, self.visit(node.value)))
         else:
             self.error("augmented assignment needs a name or an array element")
 

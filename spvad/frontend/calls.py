@@ -4,7 +4,8 @@ kinds of callee (dtypes, vector types, @sp.func functions, bound methods, deriva
 A row is `row(b, fn, node)`; rows.py turns functions of visited values into rows. Adding a builtin = one
 function and one row in its module's table."""
 from .. import types as T
-from . import arrays, derivatives, funcs, math_library, matrices, quaternions, random_numbers, scalar_calls, vectors
+from . import (arrays, derivatives, funcs, math_library, matrices, objects, quaternions, random_numbers, scalar_calls,
+               vectors)
 from .methods import BoundMethod, UnboundMethod, call_method, call_unbound
 from .printing import print_call
 from .rows import with_callee
@@ -32,7 +33,8 @@ PYTHON_CALLS = merged(scalar_calls.PYTHON_CALLS, math_library.PYTHON_CALLS, matr
                       {print: lambda b, fn, node: print_call(b, node), T.Vector: tensor_row, T.Matrix: tensor_row})
 
 # kinds of callee, by type
-BY_TYPE = {BoundMethod: call_method, UnboundMethod: call_unbound, T.DType: with_callee(scalar_calls.dtype_cast),
+BY_TYPE = {BoundMethod: call_method, objects.BoundFunc: objects.call_bound_func, UnboundMethod: call_unbound,
+           T.DType: with_callee(scalar_calls.dtype_cast),
            derivatives.Transform: with_callee(derivatives.call_transform), T.Vector: tensor_row, T.Matrix: tensor_row}
 
 

@@ -7,12 +7,15 @@ from .. import types as T
 from ..ir import nodes as N
 from ..ir.emit import PY_SCALARS, py_dtype
 from . import array_reads, calls
-from .arrays import captured_array, element_shape, load_element, subscript_target, user_ndim
+from .array_lists import ArrayList, AttributeSite, FixedSite, holds_arrays
+from .arrays import captured_array, element_shape, list_item, load_element, subscript_target, user_ndim
 from .local_arrays import (constant_items, list_literal, local_group, read_element, read_local_element,
                            repeated_list, tuple_item)
 from .matrices import constant_matrix, matrix_attribute
 from .methods import METHODS, BoundMethod, UnboundMethod
+from .objects import ObjectRef, attribute, is_object, is_root_object
 from .operators import ValueEmitter
+from .structs import StructValue, struct_attribute
 from .values import ENDED, ArrayRead, FieldRef, Lazy, ShapeRef, TemplateValue
 from .vectors import (COMPONENTS, MatValue, VecArg, VecSlots, VecValue, constant_vector, is_constant_matrix,
                       is_constant_vector, load_vector_slots, shaped, vector_ifexp)
@@ -47,7 +50,8 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
                 finally:
                     self.scope = saved
             if isinstance(v, TemplateValue):
-                return self.global_object(name, v.value)
+                return self.global_object(name, v.value, FixedSite(name, v.value)
+                                          if holds_arrays(v.value) or is_object(v.value) else None)
             return v
         obj = self.src.lookup(name, KeyError)
         if obj is KeyError:
@@ -59,11 +63,17 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
             self.error(f"local '{name}' belongs to another top-level statement (a separate dispatch); "
                        "compute it inside this loop or pass it through an array")
 
-    def global_object(self, name, obj):
+    def global_object(self, name, obj, site=None):
+        """What a global name (or `site`: a list item, an attribute, a sp.template() value) refers to, in a
+        kernel: an array, constants, or the Python object for attribute access and calls."""
         if getattr(obj, "_spvad_ndarray", False):
-            return captured_array(self, name, obj)
+            return captured_array(self, name, obj, site)
+        if is_root_object(obj) or site is not None and is_object(obj):   # self.x, sim.v: objects.py
+            return ObjectRef(obj, site or self.src.site(name))
         if isinstance(obj, (int, float, bool)):
             return obj
+        if holds_arrays(obj):   # r[level][i, j]: items picked by compile-time integers (arrays.list_item)
+            return ArrayList(site or self.src.site(name), obj)
         if isinstance(obj, (list, tuple)):   # of numbers: constants; else (funcs, ...) for sp.static loops
             return constant_items(obj) or obj
         if is_constant_vector(obj):
@@ -74,6 +84,10 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
 
     def visit_Attribute(self, node):
         base = self.visit(node.value)
+        if isinstance(base, ObjectRef):   # a method's self, a data-oriented or dataclass object (objects.py)
+            return attribute(self, base, node.attr)
+        if isinstance(base, StructValue):   # a dataclass argument (structs.py)
+            return struct_attribute(self, base, node.attr)
         if isinstance(base, N.ArrayParam):
             if node.attr == "shape":
                 return ShapeRef(base)
@@ -96,9 +110,13 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
         if (base is T.Vector or base is T.Matrix) and node.attr in METHODS and not hasattr(base, node.attr):
             return UnboundMethod(base.__name__, node.attr)   # sp.Vector.normalized(v, eps), Taichi-style
         try:
-            return getattr(base, node.attr)
+            obj = getattr(base, node.attr)
         except AttributeError:
             self.error(f"'{getattr(base, '__name__', base)}' has no attribute '{node.attr}'")
+        if isinstance(obj, (list, tuple)) or is_constant_vector(obj) or is_constant_matrix(obj):
+            # consts.G: a constant, as when read by its global name (a list of ndarrays: read at each launch)
+            return self.global_object(node.attr, obj, AttributeSite(base, node.attr))
+        return obj
 
     def visit_Subscript(self, node):
         local = local_group(self, node)
@@ -119,6 +137,8 @@ class ExprVisitor(ValueEmitter, ast.NodeVisitor):
             return read_element(self, base, self.visit(node.slice))
         if isinstance(base, tuple):
             return tuple_item(self, base, self.visit(node.slice))
+        if isinstance(base, ArrayList):
+            return list_item(self, base, self.visit(node.slice))
         self.error("only arrays, shapes, vectors, matrices, tuples and lists can be indexed")
 
     def visit_Slice(self, node):

@@ -17,15 +17,20 @@ _variables = {}   # id of a function's AST -> (the AST, FunctionSource.variables
 
 
 def _parse(fn):
+    if getattr(fn, "__name__", None) == "<lambda>":   # its source lines may not even parse alone
+        code = fn.__code__
+        raise CompileError("a lambda cannot be compiled as a kernel or @sp.func: define the function with def",
+                           code.co_filename, code.co_firstlineno,
+                           linecache.getline(code.co_filename, code.co_firstlineno).strip())
     found = _block_by_indentation(fn)
     if found is not None:
         lines, first, module = found
     else:
         try:
             lines, first = inspect.getsourcelines(fn)
-        except (OSError, TypeError) as e:
+            module = ast.parse(textwrap.dedent("".join(lines)))
+        except (OSError, TypeError, SyntaxError) as e:
             raise CompileError(f"cannot read the source of {getattr(fn, '__name__', fn)!r}: {e}") from None
-        module = ast.parse(textwrap.dedent("".join(lines)))
     tree = next((n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
     if not isinstance(tree, ast.FunctionDef):
         raise CompileError(f"{fn.__name__} is not a plain function definition")
@@ -185,6 +190,8 @@ class FunctionSource:
             for t in targets:
                 if id(t) not in top_level:
                     out |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+                elif isinstance(t, (ast.Subscript, ast.Attribute)):   # `v[0] = 1.0` at the top level: v is a local
+                    out |= {n.id for n in ast.walk(t.value) if isinstance(n, ast.Name)}
         _variables[id(self.tree)] = (self.tree, frozenset(out))
         return _variables[id(self.tree)][1]
 

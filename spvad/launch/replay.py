@@ -139,8 +139,8 @@ class BoundReplay:
                 (views or self.views) and view_buffers(views) != self.views:
             return False
         for (ref, grad), a in zip(self.bound, arrays):
-            if ref() is not a or (grad() if grad else None) is not a.grad:
-                return False
+            if ref() is not a or (grad() if grad else None) is not a.grad or (grad and a.grad is None):
+                return False   # (a recorded temporary .grad that is gone: not the array's absent one)
         return (specs is self.specs or _scalar_dtypes(specs) == self.dtypes) and \
             (self.threads_fixed or same_threads(self.records, scalars))
 

@@ -20,6 +20,10 @@ from ..ir import rows as row_exprs
 from .kept_slices import Arena, row_regions, rows_nbytes
 
 
+class OverBudget(AutodiffRuleError):
+    """Keeping a copy would pass the Tape's checkpoint_budget (a Tape that can recompute does so instead)."""
+
+
 class _Watch:
     """The needs of one array still read from its own buffer, indexed by the rows along `axis` they read
     (axis None: every need reads all rows). They hold while the array is at version `expected`: a write the
@@ -130,6 +134,7 @@ class Checkpoints:
         self.kept = {}      # (id(array), version) -> [_Kept]: copies of the rows of that need writes destroyed
         self.broken = set()   # (id(array), version) of needs a write the Tape did not see destroyed
         self.nbytes = 0     # bytes kept so far (what `Tape.checkpoint_bytes` reports)
+        self.reserved = 0   # bytes the Tape holds besides, under the same budget (replay_log.py)
         self.arena = Arena()
         self.scratch = {}   # (id(array), field) -> [full-size buffer gradients bind, (version, rows) it holds]
 
@@ -194,8 +199,8 @@ class Checkpoints:
         shape, item = array.storage_shape, _itemsize(array)
         whole = rows is None or len(rows) == shape[axis]
         size = array.buffer.nbytes if whole else rows_nbytes(shape, item, axis, len(rows))
-        if self.budget is not None and self.nbytes + size > self.budget:
-            raise AutodiffRuleError(
+        if self.budget is not None and self.reserved + self.nbytes + size > self.budget:
+            raise OverBudget(
                 f"sp.Tape: {writer} overwrites {name}, whose contents the gradient of an earlier recorded "
                 f"launch reads; keeping a copy ({size:,} bytes) would pass checkpoint_budget={self.budget:,} "
                 f"bytes ({self.nbytes:,} kept so far). Write each step into its own array (e.g. a row of a "

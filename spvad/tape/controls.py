@@ -36,7 +36,7 @@ def record_copy(tape, dst, src):
     tape.stop_plans()
     for a in (dst, src):
         tape.arrays.setdefault(id(a), a)
-    if src.grad is not None and dst.grad is None:
+    if src.grad is not None and dst.grad is None and not tape.needs_grad_only:
         tape._give_temporary_grad(dst)
     if tape.checkpoints.watches(dst):
         tape.checkpoints.protect(dst, tape.name_of(dst), f"the copy into {tape.name_of(dst)}")

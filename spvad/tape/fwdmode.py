@@ -3,7 +3,7 @@ opened the block."""
 import numpy as np
 
 from .. import recording, runtime
-from ..errors import ArgumentError, AutodiffRuleError
+from ..errors import ArgumentError
 from ..ndarray import Ndarray
 
 def active():
@@ -39,11 +39,8 @@ class FwdMode:
 
     def give_dual(self, array, name, captured):
         """An array without .dual that receives values depending on differentiated inputs (an intermediate
-        the user did not mark) gets a temporary one, so the derivative flows through it."""
-        if captured:
-            raise AutodiffRuleError(f"sp.FwdMode: a kernel writes values that depend on needs-dual inputs into the "
-                                    f"global ndarray '{name}' (shape {array.shape}), which has no .dual; create it "
-                                    "with needs_dual=True")
+        the user did not mark, an argument or a global ndarray) gets a temporary one, so the derivative flows
+        through it."""
         array.dual = Ndarray(array.dtype, array.shape)
         self.temporary.append(array)
 

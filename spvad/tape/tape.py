@@ -1,5 +1,5 @@
 """`sp.Tape`: records launches and host writes, keeps the array contents their gradients will need, and
-runs the gradients in reverse order on exit; custom gradients (`@sp.grad_replaced` / `@sp.grad_for`).
+runs the gradients in reverse order on exit (the entries it records: entries.py).
 
 Every write bumps an ndarray's `version`. A recorded launch notes the versions its gradient reads (known
 from the compiled gradient: PRE = as the launch found the array, POST = as it left it). Before a later
@@ -7,18 +7,18 @@ launch or host write changes an array whose current version some gradient needs,
 the device (`checkpoints.py`); the gradient then binds the copy. So double buffering, in-place updates,
 reused scratch arrays and host writes inside a Tape give the gradients of the program as written.
 """
-import functools
 import weakref
 
 from .. import recording, runtime
 from .. import types as T
 from ..errors import ArgumentError, AutodiffRuleError
-from ..frontend.random_numbers import random_key_index
 from ..ndarray import Ndarray, live_with_grad, next_serial, set_on_device
-from . import planned_backward
-from .checkpoints import Checkpoints, StateView
-from .controls import BoundCustomGradient, record_copy
+from . import planned_backward, recompute
+from .checkpoints import Checkpoints, OverBudget
+from .controls import record_copy
+from .entries import ArrayName, HostWriteEntry, LaunchEntry, Recipe, Writer, launch_writes
 from .plan import Follower, PlanBuilder, PlannedEntry, Step
+from .replay_log import ReplayLog
 
 HOST_CALLS = {"fill": "{}.fill(...)", "from_numpy": "{}.from_numpy(...)", "setitem": "{}[...] = value"}
 
@@ -30,8 +30,10 @@ class Tape:
     seeing the array contents its launch saw."""
     plans = True   # follows the plan of the thread's last Tape, and leaves its own (tape/plan.py)
     copy_write = record_copy   # ndarray.copy_from reports to it (controls.py)
+    recomputes = True   # past checkpoint_budget, recomputes (recompute.py) instead of raising
 
-    def __init__(self, loss=None, validation=False, checkpoint_budget=None, clear_gradients=True):
+    def __init__(self, loss=None, validation=False, checkpoint_budget=None, clear_gradients=True,
+                 needs_grad_only=False):
         if loss is not None:
             if not getattr(loss, "_spvad_ndarray", False):
                 raise ArgumentError(f"Tape(loss=...) needs an sp.ndarray, got {type(loss).__name__}")
@@ -42,7 +44,10 @@ class Tape:
         if checkpoint_budget is not None and (not isinstance(checkpoint_budget, int) or checkpoint_budget < 0):
             raise ArgumentError(f"Tape(checkpoint_budget=...) must be a number of bytes >= 0, got "
                                 f"{checkpoint_budget!r}")
+        if not isinstance(needs_grad_only, bool):
+            raise ArgumentError(f"Tape(needs_grad_only=...) must be True or False, got {needs_grad_only!r}")
         self.loss, self.validation, self.clear_gradients = loss, validation, clear_gradients
+        self.needs_grad_only = needs_grad_only   # Taichi's meaning: arrays without needs_grad are constants
         self.checkpoint_budget, self.recording = checkpoint_budget, False
         self._new_recording()
 
@@ -60,11 +65,18 @@ class Tape:
         self.builder = None       # plan.PlanBuilder: this Tape's plan, while it can make one
         self.followed = None      # the Follower of the plan this Tape followed to the end (its backward may
                                   # run as the plan's batch)
+        self.recomputed_launches = 0   # forward launches run again by the backward (past checkpoint_budget)
+        self.replays = None       # replay_log.ReplayLog: what a Tape with a budget needs to recompute
+        if self.checkpoint_budget is not None and self.recomputes:
+            self.replays = ReplayLog(self.checkpoint_budget, self.checkpoints)
+            self.replays.make_room = self._start_recomputing
 
     @property
     def checkpoint_bytes(self):
-        """Bytes of array contents this Tape kept (device-side copies) for its gradients."""
-        return self.checkpoints.nbytes
+        """Bytes of array contents this Tape kept (device-side copies) for its gradients: with a
+        checkpoint_budget, the most it held at once (its copies, snapshots and what its replays kept)."""
+        log = self.replays
+        return self.checkpoints.nbytes if log is None else max(log.peak, log.held + self.checkpoints.nbytes)
 
     def read_marker(self, array):
         entry = self.markers.get(id(array))
@@ -77,6 +89,45 @@ class Tape:
 
     # ---- recording ----
     def before_launch(self, kernel, specs, arrays, captured, scalars, ck, replay=None):
+        """Called before a launch is queued (what it records: _before_launch). With a checkpoint_budget the
+        launch is also noted to run again (replay_log.py); past the budget only that, and its arrays."""
+        log = self.replays
+        if log is None:
+            return self._before_launch(kernel, specs, arrays, captured, scalars, ck, replay)
+        log.launched(kernel, specs, arrays, captured, scalars, ck)   # (a budget: every launch may run again)
+        if not log.recomputing:
+            try:
+                if not log.over_budget():
+                    return self._before_launch(kernel, specs, arrays, captured, scalars, ck, replay)
+            except OverBudget:
+                pass
+            self._start_recomputing(len(log.events) - 1)
+        self._note_launch(kernel, specs, arrays, captured, ck)
+        return None
+
+    def _note_launch(self, kernel, specs, arrays, captured, ck):
+        """A launch past the budget: no entry (the backward records it again), only its arrays (their .grad
+        is zeroed) and the temporary .grad companions its gradient will need."""
+        everything = arrays + captured
+        self._register(kernel, ck, everything)
+        if not (getattr(kernel, "no_grad", False) or self.inside_custom):
+            self._give_temporary_grads(self._recipe(kernel, specs, arrays, everything, ck, None), everything)
+
+    def _start_recomputing(self, anchor):
+        """Past the budget: drop the copies kept so far; from now on keep snapshots (replay_log.py), the state
+        now being the state before event `anchor`."""
+        for entry in self.entries:
+            if not isinstance(entry, (LaunchEntry, HostWriteEntry)):
+                raise recompute.not_replayable(entry, self.checkpoint_budget)
+        own, launches = self.checkpoints.nbytes, sum(isinstance(e, LaunchEntry) for e in self.entries)
+        runtime.sync()   # (the copies made so far are queued: their buffers go back to the pool)
+        self.checkpoints.release(runtime.get().spare_buffers)
+        self.checkpoints = self.replays.checkpoints = Checkpoints(None)
+        self.checkpoints.reserved = self.replays.held
+        self.entries = []
+        self.replays.start(own, launches, anchor)
+
+    def _before_launch(self, kernel, specs, arrays, captured, scalars, ck, replay=None):
         """Called before a launch is queued (`captured`: the ndarrays its global names refer to): notes what
         its gradient reads, gives temporary gradient companions where a gradient would otherwise stop, and
         keeps what the launch will overwrite. Returns the entry to complete with `after_launch`, or None
@@ -85,13 +136,13 @@ class Tape:
         if getattr(kernel, "no_grad", False):   # @sp.no_grad: no gradient; what it overwrites is still kept
             self.stop_plans()
             self._register(kernel, ck, everything)
-            self._protect_writes(kernel, _writes(ck, everything), everything, scalars)
+            self._protect_writes(kernel, launch_writes(ck, everything), everything, scalars)
             return None
         if self.follower is not None:
             step = None if self.inside_custom else self.follower.match(kernel, ck, arrays, everything, scalars)
             if step is not None:
                 if step.recipe.given:
-                    self._give_temporary_grads(step.recipe, arrays)
+                    self._give_temporary_grads(step.recipe, everything)
                 entry = PlannedEntry(kernel, step, arrays, scalars, everything)
                 self.entries.append(entry)
                 return entry
@@ -99,10 +150,10 @@ class Tape:
         builder = self.builder
         placed = self._register(kernel, ck, everything)
         if self.inside_custom:   # a replaced function's launches only count for zeroing and writes
-            self._protect_writes(kernel, _writes(ck, everything), everything, scalars)
+            self._protect_writes(kernel, launch_writes(ck, everything), everything, scalars)
             return None
         recipe = self._recipe(kernel, specs, arrays, everything, ck, replay)
-        self._give_temporary_grads(recipe, arrays)
+        self._give_temporary_grads(recipe, everything)
         if builder is not None:
             if recipe.draws_random:   # (a fresh random key at every launch: no Tape repeats it)
                 self.builder = None
@@ -118,18 +169,18 @@ class Tape:
             placed = self.builder.place(everything, versions)
             for k in placed[2]:
                 known[id(everything[k])] = everything[k]
-                self.names.setdefault(id(everything[k]), _Name(kernel, ck, k))
+                self.names.setdefault(id(everything[k]), ArrayName(kernel, ck, k))
             return placed
         for k, a in enumerate(everything):
             if id(a) not in known:
                 known[id(a)] = a
-                self.names.setdefault(id(a), _Name(kernel, ck, k))
+                self.names.setdefault(id(a), ArrayName(kernel, ck, k))
         return None
 
-    def _give_temporary_grads(self, recipe, arrays):
-        for k in recipe.given:   # the recipe's temporary .grad companions, for this launch's arrays
-            if arrays[k].grad is None:
-                self._give_temporary_grad(arrays[k])
+    def _give_temporary_grads(self, recipe, everything):
+        for k in recipe.given:   # the recipe's temporary .grad companions, for this launch's arrays (global too)
+            if everything[k].grad is None:
+                self._give_temporary_grad(everything[k])
 
     def _record(self, kernel, recipe, arrays, everything, scalars, versions=None):
         """The entry of a launch (needs noted) and the copies of what it will overwrite; `versions`: those of
@@ -143,15 +194,15 @@ class Tape:
             version = a.version if versions is None else versions[ai]
             needs[key] = (version, need(a, version, slices, scalars))
         self.entries.append(entry)
-        self._protect_writes(kernel, recipe.writes if recipe.writes is not None else _writes(recipe.ck, everything),
-                             everything, scalars, versions)
+        writes = recipe.writes if recipe.writes is not None else launch_writes(recipe.ck, everything)
+        self._protect_writes(kernel, writes, everything, scalars, versions)
         return entry
 
     def _protect_writes(self, kernel, writes, everything, scalars, versions=None):
         for ai, slices, bumps in writes:
             a = everything[ai]
             if self.checkpoints.watches(a):
-                self.checkpoints.protect(a, self.names[id(a)], _Writer(kernel), slices, scalars, bumps,
+                self.checkpoints.protect(a, self.names[id(a)], Writer(kernel), slices, scalars, bumps,
                                          now=None if versions is None else versions[ai])
 
     def stop_plans(self):
@@ -176,19 +227,19 @@ class Tape:
     def _recipe(self, kernel, specs, arrays, everything, ck, replay):
         """What every launch of `ck` with these arrays' .grad present (and as many distinct arrays) does under a
         Tape, worked out once (Recipe): kept by the kernel, and by `replay` for its own arrays."""
-        grads = tuple([a.grad is not None for a in arrays])
+        grads = tuple([a.grad is not None for a in arrays])   # (ck tells the global ones' .grad)
         if replay is not None:   # the very same objects at every launch: the number of distinct ones holds
-            recipe = replay.tape_recipes.get(grads)
+            recipe = replay.tape_recipes.get((grads, self.needs_grad_only))
             if recipe is not None:
                 return recipe
-        key = (ck, grads, len({id(a) for a in everything}))
+        key = (ck, grads, len({id(a) for a in everything}), self.needs_grad_only)
         recipe = kernel.tape_recipes.get(key)
         if recipe is None:
             recipe = kernel.tape_recipes[key] = Recipe(ck, grads, *self._gradient_of(kernel, specs, arrays,
                                                                                     everything),
                                                      key[2] == len(everything))
         if replay is not None:
-            replay.tape_recipes[grads] = recipe
+            replay.tape_recipes[(grads, self.needs_grad_only)] = recipe
         return recipe
 
     def after_launch(self, entry):
@@ -198,22 +249,18 @@ class Tape:
             entry.needs[(ai, field)] = (a.version, self.checkpoints.need(a, a.version, slices, entry.scalars))
 
     def _gradient_of(self, kernel, specs, arrays, everything):
-        """(specs, compiled gradient, indices of the arguments given a temporary .grad) for a launch: every
-        argument that would carry gradient from needs-grad inputs without one gets it (the chain would stop
-        there)."""
+        """(specs, compiled gradient, indices in `everything` of the arrays given a temporary .grad) for a launch:
+        every array, argument or global, that would carry gradient from needs-grad inputs without one gets it
+        (the chain would stop there); with needs_grad_only none does (it is a constant of the gradient)."""
         def give_grad(a, name, captured):
-            if captured:
-                raise AutodiffRuleError(
-                    f"sp.Tape: kernel {kernel.name} writes values that depend on needs-grad inputs into the "
-                    f"global ndarray {self.name_of(a)}, which has no .grad: the gradient would stop there. "
-                    "Create it with needs_grad=True")
-            self._give_temporary_grad(a)
+            if not self.needs_grad_only:
+                self._give_temporary_grad(a)
 
-        without = [k for k, a in enumerate(arrays) if a.grad is None]
+        without = [k for k, a in enumerate(everything) if a.grad is None]
         # refuses a gradient that needs mid-launch contents, as a direct k.grad does
         specs, grad_ck = kernel.derivative_with_companions(specs, arrays, kernel.reverse_mode(everything),
                                                            give_grad)
-        return specs, grad_ck, [k for k in without if arrays[k].grad is not None]
+        return specs, grad_ck, [k for k in without if everything[k].grad is not None]
 
     def _give_temporary_grad(self, a):
         a.grad = Ndarray(a.dtype, a.shape)
@@ -222,6 +269,21 @@ class Tape:
     def host_write(self, array, what, index):
         """Called by ndarray before `fill`, `from_numpy` or `a[i] = v` changes `array`."""
         self.stop_plans()
+        log = self.replays
+        if log is not None:
+            log.host_write(array, what, index, seen=not (array.serial > self.first_serial and
+                                                         id(array) not in self.arrays))
+            if not log.recomputing:
+                try:
+                    if not log.over_budget():
+                        return self._keep_for_host_write(array, what, index)
+                except OverBudget:
+                    pass
+                self._start_recomputing(len(log.events) - 1)
+            return None
+        return self._keep_for_host_write(array, what, index)
+
+    def _keep_for_host_write(self, array, what, index):
         if array.serial > self.first_serial and id(array) not in self.arrays:
             return   # the initialisation of an array born in the block: it overwrites nothing a launch saw
         call = HOST_CALLS[what].format(self.name_of(array))
@@ -248,7 +310,7 @@ class Tape:
             with runtime.LOCK:
                 self.loss.zero_on_device(host_write=True)   # (an outer Tape sees a host write)
         self.first_serial = next_serial()
-        if self.plans and not self.validation:
+        if self.plans and not self.needs_grad_only and not self.validation and self.replays is None:
             self.follower = Follower.of(recording.modes.plan, runtime.get())
             self.builder = PlanBuilder()
         recording.stack().append(self)
@@ -273,11 +335,14 @@ class Tape:
                 # every time: no batch repeats it
                 followed = self.followed if not self.temporary else None
                 starts = self.gradient_starts()
-                if followed is None or not planned_backward.run(self, followed, starts):
+                if self.replays is not None and self.replays.recomputing:
+                    set_on_device(starts)
+                    recompute.run_backward(self)
+                elif followed is None or not planned_backward.run(self, followed, starts):
                     set_on_device(starts)
                     runtime.get().device.submit()   # on a GPU the forward runs while the backward is recorded
                     planned_backward.launch_by_launch(self, followed, starts)
-                runtime.sync()   # the only wait: the forward and the backward run as queued
+                runtime.sync_unless_capturing()   # the only wait: the forward and the backward run as queued
             finally:
                 self._release()
 
@@ -306,8 +371,13 @@ class Tape:
         return values + ([(seed, 1)] if seed is not None else [])
 
     def _release(self):
-        self.checkpoints.release(runtime.get().spare_buffers)
+        keeper = runtime.get().capture or runtime.get().spare_buffers   # sp.capture() keeps what it binds
+        self.checkpoints.release(keeper)
+        if self.replays is not None:
+            keeper.give(self.replays.release())
         for a in self.temporary:
+            if keeper is runtime.get().capture:
+                keeper.keep(a.grad)
             a.grad = None
         self.temporary = []
 
@@ -317,180 +387,3 @@ def clear_all_gradients():
     the device in launch order."""
     with runtime.LOCK:
         set_on_device([(a.grad, 0) for a in live_with_grad() if a.grad is not None])
-
-
-def _merged(a, b):
-    """The slices (ir/rows.py) two writes of one launch to one array touch together: along the axes both name."""
-    if a is None or b is None:
-        return None
-    return {axis: tuple(sorted(set(a[axis]) | set(b[axis]))) for axis in a if axis in b} or None
-
-
-def _writes(ck, everything):
-    """(array index, rows, writes) per array a launch of `ck` writes: an array bound to several parameters is
-    written by each (the rows they touch together, and one version bump each)."""
-    written = {}   # id -> (array index, rows, bumps)
-    for ai, slices in ck.facts.primal_writes:
-        at, before, bumps = written.get(id(everything[ai]), (ai, slices, 0))
-        written[id(everything[ai])] = (at, slices if before is slices else _merged(before, slices), bumps + 1)
-    return written.values()
-
-
-class Recipe:
-    """What a Tape does at every launch of a compiled kernel with the same arguments' .grad present and as many
-    distinct arrays (`grads`: .grad present per argument, before the temporary ones), worked out at the first:
-    the gradient's specs and compiled kernel, the arguments given a temporary .grad, the contents the gradient
-    reads ((array index, (index, field), rows) PRE; POST as ArrayFacts.reads_after) and, when no array is
-    bound twice, what the launch writes (as _writes; None: work it out per launch)."""
-    __slots__ = ("ck", "grads", "specs", "grad_ck", "given", "reads", "post", "writes", "draws_random")
-
-    def __init__(self, ck, grads, specs, grad_ck, given, distinct):
-        self.ck, self.grads, self.specs, self.grad_ck, self.given = ck, grads, specs, grad_ck, given
-        self.reads = tuple((ai, (ai, field), slices) for ai, field, slices in grad_ck.facts.reads_before)
-        self.post = grad_ck.facts.reads_after
-        self.writes = tuple((ai, slices, 1) for ai, slices in ck.facts.primal_writes) if distinct else None
-        self.draws_random = random_key_index(ck.ir) is not None
-
-
-class _Writer:
-    """"the launch of kernel NAME", for a message that may never be written."""
-    __slots__ = ("kernel",)
-
-    def __init__(self, kernel):
-        self.kernel = kernel
-
-    def __str__(self):
-        return f"the launch of kernel {self.kernel.name}"
-
-
-class _Name:
-    """How messages name an ndarray ("'x' (kernel step)"): the parameter name is looked up only when a message
-    is written, not at every launch that first meets an array."""
-    __slots__ = ("kernel", "ck", "index")
-
-    def __init__(self, kernel, ck, index):
-        self.kernel, self.ck, self.index = kernel, ck, index
-
-    def __str__(self):
-        return f"'{self.kernel.array_names(self.ck)[self.index]}' (kernel {self.kernel.name})"
-
-
-class LaunchEntry:
-    __slots__ = ("kernel", "specs", "arrays", "scalars", "everything", "needs", "post")
-
-    def __init__(self, kernel, specs, arrays, scalars, everything, post):
-        self.kernel, self.specs, self.arrays, self.scalars = kernel, specs, arrays, scalars
-        self.everything = everything   # arrays + captured globals, as kernel.arrays indexes them
-        self.needs = {}                # (array index, field) -> (version, rows along its axis) the gradient reads
-        self.post = post               # (array index, field, rows) read as the launch left them
-
-    def backward(self, tape):
-        buffers = None   # array index -> {field: buffer}, where one is not the array's own
-        for (ai, field), (version, rows) in self.needs.items():
-            a = self.everything[ai]
-            if a.version == version:   # unchanged since: the array's own buffer
-                continue
-            buffer = tape.checkpoints.buffer_of(a, version, rows, tape.name_of(a), self.kernel.name, field)
-            if buffer is not a.buffer:
-                buffers = buffers or {}
-                buffers.setdefault(ai, {})[field] = buffer
-        views = None
-        if buffers:
-            views = {ai: StateView(self.everything[ai], fields.get("primal", self.everything[ai].buffer),
-                                   fields.get("final", self.everything[ai].buffer))
-                     for ai, fields in buffers.items()}
-        self.kernel.grad_bound(self.specs, self.arrays, self.scalars, views,
-                               captured=self.everything[len(self.arrays):])
-
-
-class HostWriteEntry:
-    """A host write's gradient: the overwritten values no longer reach the loss, so their .grad is cleared."""
-
-    def __init__(self, array, index):
-        self.array, self.index = array, index
-
-    def backward(self, tape):
-        if self.array.grad is not None:
-            self.array.grad.zero_on_device(self.index)
-
-
-class CustomEntry:
-    """A call of a @grad_replaced function: its @grad_for function runs on the contents the call left."""
-
-    def __init__(self, fn, args, kwargs):
-        self.fn, self.args, self.kwargs = fn, args, kwargs
-        self.needs = []   # (ndarray argument, version after the call)
-
-    def ndarrays(self):
-        return [a for a in list(self.args) + list(self.kwargs.values()) if getattr(a, "_spvad_ndarray", False)]
-
-    def backward(self, tape):
-        """Put back the contents the call left where later writes changed them, run the supplied gradient,
-        then restore the final contents (the user's arrays end as the forward left them)."""
-        device, swaps = runtime.get().device, []
-        for a, version in self.needs:
-            if a.version != version:
-                kept = tape.checkpoints.buffer_of(a, version, None, tape.name_of(a), self.fn.fn.__name__)
-                final = device.create_buffer(a.buffer.nbytes)
-                device.copy_buffer(a.buffer, final, a.buffer.nbytes)
-                device.copy_buffer(kept, a.buffer, a.buffer.nbytes)
-                swaps.append((a, final))
-        self.fn.backward(self.args, self.kwargs)
-        for a, final in swaps:
-            device.copy_buffer(final, a.buffer, a.buffer.nbytes)
-            final.release()
-
-
-class CustomGradient:
-    """A Python function whose gradient a user supplies: a Tape records the call itself and, on the way
-    back, runs the function registered with @sp.grad_for instead of the gradients of its launches."""
-
-    def __init__(self, fn):
-        self.fn, self.grad_fn = fn, None
-        functools.update_wrapper(self, fn)
-
-    def __call__(self, *args, **kwargs):
-        tape = recording.current()
-        if tape is None:
-            return self.fn(*args, **kwargs)
-        tape.stop_plans()
-        entry = None
-        if not tape.inside_custom:   # nested in another replaced function: the outer gradient covers it
-            entry = CustomEntry(self, args, kwargs)
-            tape.entries.append(entry)
-        tape.inside_custom += 1
-        try:
-            return self.fn(*args, **kwargs)
-        finally:
-            tape.inside_custom -= 1
-            if entry is not None:
-                for a in entry.ndarrays():
-                    entry.needs.append((a, a.version))
-                    tape.checkpoints.need(a, a.version)
-
-    def __get__(self, obj, objtype=None):   # a method: `self.f(...)` calls f(self, ...) under the same rules
-        return self if obj is None else BoundCustomGradient(self, obj)
-
-    @property
-    def grad(self):
-        """The supplied gradient: `f.grad(...)` runs the @sp.grad_for function."""
-        return lambda *args, **kwargs: self.backward(args, kwargs)
-
-    def backward(self, args, kwargs):
-        if self.grad_fn is None:
-            raise ArgumentError(f"@sp.grad_replaced function {self.fn.__name__} has no @sp.grad_for gradient")
-        return self.grad_fn(*args, **kwargs)
-
-
-def grad_replaced(fn):
-    return CustomGradient(fn)
-
-
-def grad_for(primal):
-    if not isinstance(primal, CustomGradient):
-        raise ArgumentError("@sp.grad_for(f) needs f decorated with @sp.grad_replaced")
-
-    def register(grad_fn):
-        primal.grad_fn = grad_fn
-        return grad_fn
-    return register

@@ -248,7 +248,7 @@ def takes_u32(y: sp.Array, c: sp.u32):
 def _args(kind):
     x, y = sp.from_numpy(np.ones(4, np.float32)), sp.from_numpy(np.full(4, 2.0, np.float32))
     return {
-        "numpy instead of ndarray": ((np.ones(4, np.float32), y, 1.0, 4), "'x'"),
+        "numpy strings instead of ndarray": ((np.array(["a", "b", "c", "d"]), y, 1.0, 4), "'x'"),
         "scalar instead of ndarray": ((1.0, y, 1.0, 4), "'x'"),
         "ndarray for an f32 scalar": ((x, y, x, 4), "'a'"),
         "float for an i32 scalar": ((x, y, 1.0, 2.5), "'n'"),
@@ -259,7 +259,7 @@ def _args(kind):
     }[kind], y
 
 
-@pytest.mark.parametrize("kind", ["numpy instead of ndarray", "scalar instead of ndarray",
+@pytest.mark.parametrize("kind", ["numpy strings instead of ndarray", "scalar instead of ndarray",
                                   "ndarray for an f32 scalar", "float for an i32 scalar",
                                   "numpy float for an i32 scalar", "string for a scalar",
                                   "too few arguments", "too many arguments"])
