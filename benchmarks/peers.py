@@ -29,9 +29,9 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")   # lavapipe warns without one
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 warnings.filterwarnings("ignore", message=".*Template mapper caching disabled")   # Quadrants, untimed fills
-from workloads import common, compile_latency, elementwise, frameworks, integrator, launch, limit, mass_spring, mpm, reduce  # noqa: E402,E501
+from workloads import batch, common, compile_latency, elementwise, frameworks, integrator, launch, limit, mass_spring, mpm, reduce  # noqa: E402,E501
 
-WORKLOADS = (integrator, elementwise, mass_spring, mpm, launch, compile_latency, reduce)
+WORKLOADS = (integrator, elementwise, mass_spring, mpm, launch, compile_latency, batch, reduce)
 ALL_SYSTEMS = common.SYSTEMS + ("numpy",) + frameworks.SYSTEMS + ("quadrants-cuda",)
 # sizes that fill an H100 (132 SMs x 2,048 threads = 270k threads): merged over each workload's full config
 GPU_SIZES = {"integrator": {"threads": 1 << 20}, "elementwise": {"n": 1 << 28},

@@ -3,6 +3,7 @@ from .errors import (AdStackOverflowError, ArgumentError, AutodiffRuleError, Com
                      PipelineCreationError, ReentryError, SpirvValidationError, SpvadError, ThreadCountError)
 from .frontend.objects import data_oriented
 from .kernel import func, kernel
+from .batch import vmap
 from .lang import *  # noqa: F401,F403 (lang.__all__: the names kernels call, the math functions included)
 from .ndarray import copy, from_numpy, ndarray
 from .runtime import device_info, init, reset, sync

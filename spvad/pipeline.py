@@ -23,8 +23,10 @@ from .autodiff.validation import instrument
 from .errors import CompileError, SpvadError
 from .ir import nodes as N
 from .ir import simplify, verify
+from .ir.batching import batch_kernel
 from .ir.deep_stack import call_with_deep_stack
-from .frontend import build_kernel
+from .frontend import ArraySpec, build_kernel
+from .frontend.random_numbers import RANDOM_KEY
 from .ir.interp import eval_num_threads
 from .ir.thread_count import build_count_kernel, counts_on_device, header_loads
 from .ir.libm.expand import expand_math
@@ -46,6 +48,8 @@ class Mode:
                                   # atomic; primal, no depth probe sizes in-kernel derivatives' stacks;
                                   # both, a write may change any array of its dtype (ir/nodes.may_write)
     alias: Optional[tuple] = None  # checked: alias[k] = the first array sharing array k's buffer
+    batch: Optional[tuple] = None  # sp.vmap: in_axes per parameter (0 or None); the specs are then the batched
+                                   # arguments' (instance_specs)
     KINDS: ClassVar[tuple] = ("primal", "reverse", "dual", "checked")
 
     def __post_init__(self):
@@ -186,7 +190,11 @@ def nested_safely(kernel_name, fn, *args):
 
 
 def _compile_kernel(fn, specs, mode, target, ad_stack_size, name):
-    primal, bindings, captured = build_kernel(fn, specs)
+    if mode.batch:   # sp.vmap: the kernel for one instance, then B of them in one launch
+        primal, bindings, captured = build_kernel(fn, instance_specs(specs, mode.batch))
+        primal, bindings = batch_kernel(primal, bindings, mode.batch, keys=(RANDOM_KEY,))
+    else:
+        primal, bindings, captured = build_kernel(fn, specs)
     refuse_deep_control_flow(primal, name)
     distinct = primal.distinct + refuse_rewritten_counts(primal)
     ir, check_plan = run_passes(primal, mode, ad_stack_size, target.validate, target.skip, target.native_math)
@@ -194,6 +202,13 @@ def _compile_kernel(fn, specs, mode, target, ad_stack_size, name):
     probes = [(t.task.source, t.task.depth_probe[0]) for t in tasks if t.depth_probe is not None]
     facts = array_facts(primal, ir, mode.derivative, probes)
     return CompiledKernel(ir, bindings, captured, tasks, check_plan, facts, distinct)
+
+
+def instance_specs(specs, in_axes):
+    """The specs of one instance of an sp.vmap launch: a batched ndarray's without its leading axis; a batched
+    scalar (an ArraySpec of ndim 0 among the batched specs: its values come in a 1-D ndarray) its dtype."""
+    return [s if axis is None else s.dtype if s.ndim == 0 else
+            ArraySpec(s.dtype, s.ndim - 1, s.needs_grad, s.needs_dual) for s, axis in zip(specs, in_axes)]
 
 
 # The optimiser's IR passes: name -> (pass before autodiff, pass after it), each Kernel -> Kernel. A primal

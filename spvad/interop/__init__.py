@@ -1,7 +1,7 @@
 """Bridges to PyTorch, JAX and DLPack (docs/interop.md): values crossing both ways, and Python functions that
 launch kernels made differentiable torch or JAX functions. torch and jax are imported on first use only.
 
-The top of the package: it may import ndarray, tape, recording, runtime. What an ndarray hands to torch, JAX
+The top of the package: it may import ndarray, batch, tape, recording, runtime. What an ndarray hands to torch, JAX
 and DLPack (to_torch, to_jax, __dlpack__) is registered here into ndarray.EXPORTS."""
 from ..ndarray import EXPORTS
 from . import dlpack, jax_bridge, torch_bridge

@@ -1,7 +1,7 @@
 """`@sp.jax_function`: a Python function that launches kernels, as a jax.custom_vjp function whose forward
 and backward are host callbacks (jax.pure_callback), so it works under jax.jit, jax.grad,
-jax.value_and_grad and jax.vmap (one launch sequence per element). Array arguments (jax or numpy) arrive
-as new ndarrays, others as they are. The backward runs the function again under a recording Tape, seeds
+jax.value_and_grad and jax.vmap (its launches batched by sp.vmap: batched_call.py). Array arguments (jax or
+numpy) arrive as new ndarrays, others as they are. The backward runs the function again under a recording Tape, seeds
 its outputs' .grad with the cotangents and runs the gradients: callbacks keep no state between them, as
 JAX may run, repeat or drop a pure callback."""
 import functools
@@ -11,8 +11,9 @@ import numpy as np
 
 from ..errors import ArgumentError
 from . import host
+from .batched_call import NotBatchable, record_first, replay_batched
 from .jax_bridge import check_representable, jax
-from .recorded import RecordedCall
+from .recorded import RecordedCall, check_outputs
 
 STATIC_KEY_TYPES = (int, bool, str, type(None))   # static arguments that may decide the outputs' shapes
 
@@ -40,6 +41,7 @@ class JaxFunction:
         slots += [k for k, a in kwargs.items() if isinstance(a, (jx.Array, np.ndarray))]
         call = Call(self, args, kwargs, slots)
         xs = [jx.numpy.asarray(call.get(s)) for s in slots]
+        call.element_shapes = [tuple(x.shape) for x in xs]   # one element's: under jax.vmap the callbacks get more axes
         specs, single = self.output_specs(call, xs)
         outputs = call.custom_vjp(specs)(*xs)
         return outputs[0] if single else outputs
@@ -103,7 +105,17 @@ class Call:
             values.append(value)
         return tuple(values)
 
+    def batch_axes(self, values):
+        """The leading axes jax.vmap added to the callback's values (broadcast to all of them), () for none."""
+        if not values:
+            return ()
+        shape = np.shape(values[0])
+        return tuple(shape[:len(shape) - len(self.element_shapes[0])])
+
     def host_forward(self, specs, *values):
+        lead = self.batch_axes(values)
+        if lead:
+            return self.batched(specs, lead, values, None)
         recorded = RecordedCall(self.function.fn, self.function.who)
         outputs = recorded.run(*self.with_arrays(values, [False] * len(values)), record=False)
         return self.outputs_as(outputs, specs)
@@ -111,6 +123,9 @@ class Call:
     def host_backward(self, specs, differentiable, *values_and_cotangents):
         """The gradients of the float inputs: the function run again under a Tape, then its gradients."""
         values, cots = values_and_cotangents[:len(self.slots)], iter(values_and_cotangents[len(self.slots):])
+        lead = self.batch_axes(values)
+        if lead:
+            return self.batched(specs, lead, values, [next(cots) if d else None for d in differentiable])
         needs = [np.issubdtype(np.asarray(v).dtype, np.floating) for v in values]
         args, kwargs = self.with_arrays(values, needs)
         inputs = [kwargs[s] if isinstance(s, str) else args[s] for s in self.slots]
@@ -123,13 +138,56 @@ class Call:
             recorded.tape.close()
         return tuple(g.astype(np.asarray(v).dtype) for g, v, need in zip(grads, values, needs) if need)
 
+    def batched(self, specs, lead, values, cotangents):
+        """Forward (cotangents None: the outputs) or backward (the float inputs' gradients) of len(lead) nested
+        jax.vmaps at once: the launches batched over their B elements (batched_call.py), or element by
+        element where they cannot be."""
+        size, who = int(np.prod(lead)), self.function.who
+        flat = [np.asarray(v).reshape(size, *shape) for v, shape in zip(values, self.element_shapes)]
+        needs = [cotangents is not None and np.issubdtype(v.dtype, np.floating) for v in flat]
+        cots = None if cotangents is None else [None if c is None else np.asarray(c).reshape(size, *s.shape)
+                                                for c, s in zip(cotangents, specs)]
+        try:
+            args, kwargs = self.with_arrays([v[0] for v in flat], needs)
+            result, log = record_first(self.function.fn, args, kwargs)
+            outputs = check_outputs(result, who)[0]
+            log.finish(outputs)
+            firsts = [kwargs[s] if isinstance(s, str) else args[s] for s in self.slots]
+            inputs = [host.to_ndarray(v, need, who) for v, need in zip(flat, needs)]
+            recorded = RecordedCall(lambda: tuple(replay_batched(log, outputs, firsts, inputs, size)), who)
+            outs = recorded.run([], {}, record=cotangents is not None)
+        except NotBatchable:
+            return self.elementwise(specs, lead, flat, cots, differentiable_of(specs))
+        if cotangents is None:
+            return tuple(o.reshape(*lead, *s.shape) for o, s in zip(
+                self.outputs_as(outs, [_batched_spec(s, size) for s in specs]), specs))
+        try:
+            self.outputs_as(outs, [_batched_spec(s, size) for s in specs])
+            grads = recorded.backward(cots, inputs)
+        finally:
+            recorded.tape.close()
+        return tuple(g.reshape(*lead, *v.shape[1:]).astype(v.dtype) for g, v, need in zip(grads, flat, needs)
+                     if need)
+
+    def elementwise(self, specs, lead, flat, cots, differentiable):
+        """`batched` one element at a time (the launch sequence has no batched form)."""
+        per = []
+        for b in range(len(flat[0])):
+            values = [v[b] for v in flat]
+            if cots is None:
+                per.append(self.host_forward(specs, *values))
+            else:
+                mine = [c[b] for c in cots if c is not None]
+                per.append(self.host_backward(specs, differentiable, *values, *mine))
+        return tuple(np.stack(parts).reshape(*lead, *parts[0].shape) for parts in zip(*per))
+
     def custom_vjp(self, specs):
         jx = jax()
         differentiable = [np.issubdtype(s.dtype, np.floating) for s in specs]
 
         def forward(*xs):
             return jx.pure_callback(functools.partial(self.host_forward, specs), specs, *xs,
-                                    vmap_method="sequential")
+                                    vmap_method="broadcast_all")
 
         def forward_with_residuals(*xs):
             return forward(*xs), xs
@@ -141,12 +199,21 @@ class Call:
                 grad_specs = tuple(jx.ShapeDtypeStruct(x.shape, x.dtype) for x, f in zip(xs, floats) if f)
                 cots = [c for c, d in zip(cotangents, differentiable) if d]
                 grads = iter(jx.pure_callback(functools.partial(self.host_backward, specs, differentiable),
-                                              grad_specs, *xs, *cots, vmap_method="sequential"))
+                                              grad_specs, *xs, *cots, vmap_method="broadcast_all"))
             return tuple(next(grads) if f else np.zeros(x.shape, jx.dtypes.float0) for x, f in zip(xs, floats))
 
         fn = jx.custom_vjp(forward)
         fn.defvjp(forward_with_residuals, backward)
         return fn
+
+
+def differentiable_of(specs):
+    return [np.issubdtype(s.dtype, np.floating) for s in specs]
+
+
+def _batched_spec(spec, size):
+    """`spec` (a jax.ShapeDtypeStruct) with a leading axis of `size` elements."""
+    return jax().ShapeDtypeStruct((size, *spec.shape), spec.dtype)
 
 
 def jax_function(fn):

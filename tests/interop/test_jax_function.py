@@ -67,12 +67,13 @@ def test_under_jit(rng, x64):
         args = (args[0] * 1.1,) + args[1:]
 
 
-def test_vmap_runs_one_launch_sequence_per_element(rng, x64):
+def test_vmap_of_a_jax_function(rng, x64):
+    """jax.vmap of the gradient and of the values (one batched launch sequence: tests/vmap/test_vmap_jax.py)."""
     p, x0, v0, target = problem(rng)
     batch = jnp.stack([x0, -x0, 0.5 * x0])
-    per_element = jax.vmap(jax.grad(lambda x: simulate(p, x, v0, target, STEPS)[0]))(batch)
+    batched = jax.vmap(jax.grad(lambda x: simulate(p, x, v0, target, STEPS)[0]))(batch)
     ref = jax.vmap(jax.grad(lambda x: reference(p, x, v0, target, STEPS)[0]))(batch)
-    np.testing.assert_allclose(per_element, ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(batched, ref, rtol=1e-10, atol=1e-12)
     values = jax.jit(jax.vmap(lambda x: simulate(p, x, v0, target, STEPS)[1]))(batch)
     np.testing.assert_allclose(values, jax.vmap(lambda x: reference(p, x, v0, target, STEPS)[1])(batch), rtol=1e-12)
 
