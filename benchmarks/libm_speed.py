@@ -3,6 +3,10 @@ spvad's expansions (ir/libm/) and with the driver's functions (sp.init(native_ma
 process on one device: each repetition runs both, in turn. Both results are checked against the workload's float64
 references first. Prints the median ms of each and libm / native.
 
+Each switch drops the workload kernels' remembered last launches: a kernel called again with the same objects
+replays its last compiled variant without looking at the runtime's native_math (spvad/kernel.py, Kernel._replay),
+so without that every run after the first would time the first mode's code.
+
 Usage: python benchmarks/libm_speed.py [--repeat 9] [--only integrator,elementwise]
 """
 import argparse
@@ -32,6 +36,13 @@ def timed(op):
     return time.perf_counter() - t0
 
 
+def switch(rt, mode, kernels):
+    """The runtime in `mode`, the kernels' replays of the other mode's code forgotten (see the docstring)."""
+    rt.native_math = mode == "native"
+    for k in kernels:
+        k._replay = k._grad_replay = None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=9)
@@ -45,17 +56,18 @@ def main():
         ref = wl.reference(cfg)
         ops = wl.prepare_spvad(cfg, ref)   # (sp.init: the runtime's native_math is switched below, per run)
         rt = runtime.get()
+        kernels = [v for v in vars(wl).values() if getattr(v, "_spvad_kernel", False)]
         for op in ops:
             samples = {m: [] for m in MODES}
             for mode in MODES:   # compile, warm up, check
-                rt.native_math = mode == "native"
+                switch(rt, mode, kernels)
                 timed(op)
                 if op.check:
                     ok, detail = op.check()
                     assert ok, f"{name} {op.name} {mode}: {detail}"
             for _ in range(args.repeat):
                 for mode in MODES:
-                    rt.native_math = mode == "native"
+                    switch(rt, mode, kernels)
                     samples[mode].append(timed(op))
             libm, native = (statistics.median(samples[m]) * 1e3 for m in MODES)
             print(f"| {name} | {op.name} | {libm:.2f} | {native:.2f} | {libm / native:.2f} |", flush=True)

@@ -3,23 +3,57 @@
 and returns the result. Derivatives are those of the expansion (both modes differentiate the ops it emits), so
 each is written to have JAX's derivative at kinks and no NaN from an untaken branch: both sides of a SELECT see
 safe operands, and a sign is a product, not a SELECT, where the derivative can be infinite (the derivative
-passes treat a SELECT as the products c a + (1 - c) b, and 0 inf is NaN). The f32 error of each, measured in
+passes treat a SELECT as the products c a + (1 - c) b, and 0 inf is NaN). The f32 and f64 error of each, measured in
 ulps against mpmath, is in docs/language.md. The error-free steps (Dekker splits, Cody-Waite reduction,
 Fast2Sum) need the arithmetic computed as written, which fast_math=True does not promise: lavapipe keeps them
 (the same ulps in both modes), another driver might not.
 """
 import math
+from fractions import Fraction
 
 from .. import types as T
 from .ops import Op
 
-# erf(x) / x as a polynomial in s = x^2 on [0, 1] (relative error 3e-11, least squares near minimax in float64)
-ERF_SMALL = (-9.641504184276536e-06, 0.00011256943710713507, -0.0008482828259512853, 0.005220945391914145,
-             -0.026865400027282396, 0.11283781973842984, -0.37612638434633194, 1.1283791670580205)
-# erfc(x) exp(x^2) as a polynomial in t = 1 / (1 + x) for x in [0.5, 27] (relative error 2.7e-9, fitted alike)
-ERFC_LARGE = (1.9846954676712112, -6.281793049495955, 5.955917741542347, 2.3832430814491, -9.466736936218956,
-              7.616749378809133, -1.8971629785164272, -0.3790461323360766, -0.321502923742532,
-              0.2851441948796358, 0.5640458841850109, 0.5641932867820363, -3.9546410590673986e-08)
+# erf and erfc: fdlibm's s_erf.c coefficients (Sun Microsystems, 1993), highest power first
+ERX = 8.45062911510467529297e-01   # erf(1) to 24 bits
+ERF_PP = (-2.37630166566501626084e-05, -5.77027029648944159157e-03, -2.84817495755985104766e-02,
+          -3.25042107247001499370e-01, 1.28379167095512558561e-01)
+ERF_QQ = (-3.96022827877536812320e-06, 1.32494738004321644526e-04, 5.08130628187576562776e-03,
+          6.50222499887672944485e-02, 3.97917223959155352819e-01, 1.0)
+ERF_PA = (-2.16637559486879084300e-03, 3.54783043256182359371e-02, -1.10894694282396677476e-01,
+          3.18346619901161753674e-01, -3.72207876035701323847e-01, 4.14856118683748331666e-01,
+          -2.36211856075265944077e-03)
+ERF_QA = (1.19844998467991074170e-02, 1.36370839120290507362e-02, 1.26171219808761642112e-01,
+          7.18286544141962662868e-02, 5.40397917702171048937e-01, 1.06420880400844228286e-01, 1.0)
+ERFC_RA = (-9.81432934416914548592e+00, -8.12874355063065934246e+01, -1.84605092906711035994e+02,
+           -1.62396669462573470355e+02, -6.23753324503260060396e+01, -1.05586262253232909814e+01,
+           -6.93858572707181764372e-01, -9.86494403484714822705e-03)
+ERFC_SA = (-6.04244152148580987438e-02, 6.57024977031928170135e+00, 1.08635005541779435134e+02,
+           4.29008140027567833386e+02, 6.45387271733267880336e+02, 4.34565877475229228821e+02,
+           1.37657754143519042600e+02, 1.96512716674392571292e+01, 1.0)
+ERFC_RB = (-4.83519191608651397019e+02, -1.02509513161107724954e+03, -6.37566443368389627722e+02,
+           -1.60636384855821916062e+02, -1.77579549177547519889e+01, -7.99283237680523006574e-01,
+           -9.86494292470009928597e-03)
+ERFC_SB = (-2.24409524465858183362e+01, 4.74528541206955367215e+02, 2.55305040643316442583e+03,
+           3.19985821950859553908e+03, 1.53672958608443695994e+03, 3.25792512996573918826e+02,
+           3.03380607434824582924e+01, 1.0)
+
+# d/ds (erf(x) / x) sqrt(pi) / 2 at s = x^2, its series to s^5 (terms below 1e-5 at s = 0.72): sum over n >= 1
+# of (-s)^(n-1) (-1) / ((n - 1)! (2n + 1))
+DERF_SERIES = tuple(float(Fraction((-1) ** n, math.factorial(n - 1) * (2 * n + 1))) for n in range(6, 0, -1))
+
+
+def _less(c, num, den):
+    """Numerator coefficients of R/S - c = (R - c S)/S (exact, then rounded): the tail's R/S is moved by a short
+    constant c into exp's exact part, so that the rounding in evaluating it is that of a smaller number."""
+    num = (0.0,) * (len(den) - len(num)) + tuple(num)
+    return tuple(float(Fraction(r) - Fraction(c) * Fraction(q)) for r, q in zip(num, den))
+
+
+# erfc's tail: (c, numerator of R/S - c, S) per interval, c near the middle of R/S there (-0.21 to -0.064 on
+# [1.25, 1/0.35], -0.064 to -0.0105 above); c and 0.5625 - c have 7 bits, so -z^2 - (0.5625 - c) is exact
+ERFC_NEAR = (-0.140625, _less(-0.140625, ERFC_RA, ERFC_SA), ERFC_SA)
+ERFC_FAR = (-0.0390625, _less(-0.0390625, ERFC_RB, ERFC_SB), ERFC_SB)
 LN2 = math.log(2.0)
 LN2_TAIL = 2.319046813846299558e-17   # ln 2 - LN2
 
@@ -46,11 +80,29 @@ class _Ops:
             acc = self.add(self.mul(acc, x), k)
         return acc
 
-    def split(self, x):
-        """Dekker: x = hi + lo with hi of half the significand's bits, so that hi * hi is exact."""
-        big = self.mul(x, float(2 ** (12 if self.dt == T.f32 else 27) + 1))
+    def split(self, x, spare=0):
+        """Dekker: x = hi + lo with hi of half the significand's bits (less `spare`), so that hi * hi is exact
+        (with `spare` bits to spare)."""
+        big = self.mul(x, float(2 ** ((12 if self.dt == T.f32 else 27) + spare) + 1))
         hi = self.sub(big, self.sub(big, x))
         return hi, self.sub(x, hi)
+
+    def two_sum(self, a, b):
+        """(s, err): s = a + b rounded and its error a + b - s, exactly (Knuth)."""
+        s = self.add(a, b)
+        bb = self.sub(s, a)
+        return s, self.add(self.sub(a, self.sub(s, bb)), self.sub(b, bb))
+
+    def product_error(self, a, b, p):
+        """a b - p for p = a b rounded, exactly (Dekker; a, b far from overflow and underflow)."""
+        ah, al = self.split(a)
+        bh, bl = self.split(b)
+        return self.add(self.add(self.add(self.sub(self.mul(ah, bh), p), self.mul(ah, bl)), self.mul(al, bh)),
+                        self.mul(al, bl))
+
+    def stop(self, v):
+        """v without a derivative: a rounding correction, whose derivative would be 0 computed from big terms."""
+        return self.e.compute(Op.STOP_GRADIENT, v)
 
     def exp_pair(self, hi, lo):
         """exp(hi + lo), |lo| << |hi|, without the error of rounding hi + lo: 2^n exp(r), n = round(hi / ln 2),
@@ -228,41 +280,101 @@ def logaddexp(e, a, b):
     return f.where(e.compute(Op.NE, d, d), f.add(a, b), r)
 
 
-def _erfc_large(f, ax):
-    """erfc(a) for a >= 0.5: exp(-a^2) P(1 / (1 + a)), exp(-a^2) from the exact split a^2 = h^2 + l (a + h)."""
-    a = f.min(ax, 28.0)   # erfc(28) underflows f64 (P is fitted up to 27)
-    hi, lo = f.split(a)
-    ex = f.exp_pair(f.neg(f.mul(hi, hi)), f.neg(f.mul(lo, f.add(a, hi))))
-    s = f.add(1.0, a)
-    t = f.div(1.0, s)   # 1 / (1 + a), less the rounding error of 1 + a (Fast2Sum): P is sensitive to t
-    t = f.sub(t, f.mul(f.mul(t, t), f.add(f.sub(f.max(a, 1.0), s), f.min(a, 1.0))))
-    return f.mul(ex, f.poly(ERFC_LARGE, t))
+def _ratio(f, num, den, s):
+    return f.div(f.poly(num, s), f.poly(den, s))
+
+
+def _horner_carried(f, coeffs, s, last=2):
+    """(value, error) of the polynomial at s: Horner, its last `last` steps with their product's and sum's
+    rounding errors carried (Graillat's compensated Horner): value + error is the polynomial to about an ulp of
+    the earlier steps' sum times s^last."""
+    acc, err = f.poly(coeffs[:-last], s), f.c(0.0)
+    for c in coeffs[-last:]:
+        prod = f.mul(acc, s)
+        e_prod = f.product_error(acc, s, prod)
+        acc, e_sum = f.two_sum(prod, c)
+        err = f.add(f.mul(err, s), f.add(e_prod, e_sum))
+    return acc, err
+
+
+def _quotient_error(f, num, den, q, e_num, e_den):
+    """(num + e_num) / (den + e_den) - q for q = num / den rounded, to first order in the small errors: the
+    quotient's rounding (exact remainder, Dekker) and (e_num - q e_den) / den."""
+    q_den = f.mul(q, den)
+    e_div = f.div(f.sub(f.sub(num, q_den), f.product_error(q, den, q_den)), den)
+    return f.add(e_div, f.div(f.sub(e_num, f.mul(q, e_den)), den))
+
+
+def _erf_pieces(f, x):
+    """fdlibm's s_erf.c design, branchless: (erf_small, erfc_small, (P1/Q1, its carried error), erfc(|x|)'s
+    tail, sign(x), the masks |x| < 0.84375 and |x| < 1.25), each piece computed on operands clamped into its own
+    interval (no NaN or inf on an untaken side). The carried errors are STOP_GRADIENT: their derivative is 0."""
+    sign, ax, _ = _sign_abs(f, x)
+    small, mid, near = f.lt(ax, 0.84375), f.lt(ax, 1.25), f.lt(ax, 1 / 0.35)
+    # [0, 0.84375]: erf(x) = x + x R(x^2), R = P/Q fitted to erf(x)/x - 1 (relative error 2^-57.9)
+    xs = f.where(small, x, 0.5)
+    sq = f.mul(xs, xs)
+    num, e_num = _horner_carried(f, ERF_PP, sq)
+    den, e_den = _horner_carried(f, ERF_QQ, sq)
+    ratio = f.div(num, den)
+    xr = f.mul(xs, ratio)
+    erf_small = f.add(xs, xr)
+    # erfc there: 1 - erf(x) below 1/4, above 0.5 + ((0.5 - x) - x R) (0.5 - x exact), with the roundings of
+    # x^2 (times dR/ds, its series), of R's Horner sums and quotient, of x R and of both sums carried (f64 from
+    # 2.4 ulp to 0.65 there)
+    e_ratio = f.add(_quotient_error(f, num, den, ratio, e_num, e_den),
+                    f.mul(f.mul(f.poly(DERF_SERIES, sq), 2 / math.sqrt(math.pi)), f.product_error(xs, xs, sq)))
+    s1, e1 = f.two_sum(f.sub(0.5, xs), f.neg(xr))
+    w = f.add(0.5, s1)
+    e_xr = f.add(f.product_error(xs, ratio, xr), f.mul(xs, e_ratio))
+    carried = f.stop(f.sub(f.add(e1, f.sub(s1, f.sub(w, 0.5))), e_xr))
+    erfc_small = f.where(f.lt(xs, 0.25), f.sub(1.0, erf_small), f.add(w, carried))
+    # [0.84375, 1.25]: erf(1 + s) = ERX + P1(s)/Q1(s), ERX = erf(1) to 24 bits (|P1/Q1| < 0.078); erfc =
+    # (1 - ERX) - P1/Q1 cancels to 0.077 at 1.25, so P1's last product and sum and the quotient's rounding are
+    # carried: pq_mid + mid_carried is P1/Q1 to about an ulp of P1's and Q1's Horner sums (f64 from 2.3 ulp
+    # to 1.2)
+    s_mid = f.sub(f.where(mid, ax, 1.0), 1.0)
+    num, e_num = _horner_carried(f, ERF_PA, s_mid)
+    den, e_den = _horner_carried(f, ERF_QA, s_mid)
+    pq_mid = f.div(num, den)
+    mid_carried = f.stop(_quotient_error(f, num, den, pq_mid, e_num, e_den))
+    # [1.25, 28]: erfc(a) = exp(-a^2 - 0.5625 + R(1/a^2)/S(1/a^2)) / a, two fits split at 1/0.35; -a^2 as
+    # -z^2 + (z - a)(z + a) with z a's high bits (Dekker, one bit to spare: z^2 + 0.5625 is exact also where
+    # it crosses a power of 2, which cost f32 64 ulp near 8), the rest small
+    a = f.where(mid, 2.0, f.min(ax, 28.0))   # erfc(28) underflows f64
+    a_near = f.where(near, a, 2.0)
+    a_far = f.where(near, 4.0, a)
+    s_near, s_far = f.div(1.0, f.mul(a_near, a_near)), f.div(1.0, f.mul(a_far, a_far))
+    rs = f.where(near, _ratio(f, *ERFC_NEAR[1:], s_near), _ratio(f, *ERFC_FAR[1:], s_far))
+    z, _ = f.split(a, spare=1)
+    hi = f.sub(f.neg(f.mul(z, z)), f.where(near, 0.5625 - ERFC_NEAR[0], 0.5625 - ERFC_FAR[0]))
+    lo = f.add(f.mul(f.sub(z, a), f.add(z, a)), rs)
+    tail = f.div(f.exp_pair(hi, lo), a)
+    return erf_small, erfc_small, (pq_mid, mid_carried), tail, sign, small, mid
 
 
 def erf(e, x):
-    """x P(x^2) for |x| < 1, else sign(x) (1 - erfc(|x|)); derivative that of the expansion (2/sqrt(pi)
-    exp(-x^2) to the fit's accuracy)."""
+    """sign(x) erf(|x|): x + x R(x^2) below 0.84375, ERX + P1/Q1 below 1.25, 1 - erfc(|x|) beyond (fdlibm's
+    design; derivative that of the expansion, 2/sqrt(pi) exp(-x^2) to the fits' accuracy)."""
     f = _Ops(e, x)
-    ax = f.abs(x)
-    small = f.lt(ax, 1.0)
-    xs = f.where(small, x, 0.5)
-    r_small = f.mul(xs, f.poly(ERF_SMALL, f.mul(xs, xs)))
-    r_large = f.sub(1.0, _erfc_large(f, f.where(small, 1.0, ax)))
-    r_large = f.where(f.lt(x, 0.0), f.neg(r_large), r_large)
-    return f.where(small, r_small, f.where(e.compute(Op.NE, x, x), x, r_large))
+    erf_small, _, pq_mid, tail, sign, small, mid = _erf_pieces(f, x)
+    r = f.where(mid, f.add(ERX, pq_mid[0]), f.sub(1.0, tail))
+    r = f.where(small, erf_small, f.mul(r, sign))
+    return f.where(e.compute(Op.NE, x, x), x, r)
 
 
 def erfc(e, x):
-    """1 - erf(x) for |x| < 0.5; erfc(x) (x >= 0.5) and 2 - erfc(-x) (x <= -0.5) from _erfc_large, which keeps
-    its relative accuracy down to underflow."""
+    """1 - erf(x) below |x| = 0.84375 (0.5 + ((0.5 - x) - x R) above 1/4), (1 - ERX) - P1/Q1 or
+    1 + (ERX + P1/Q1) below 1.25, erfc(|x|) or 2 - erfc(|x|) beyond, which keeps its relative accuracy down to
+    underflow."""
     f = _Ops(e, x)
-    ax = f.abs(x)
-    small = f.lt(ax, 0.5)
-    xs = f.where(small, x, 0.25)
-    r_small = f.sub(1.0, f.mul(xs, f.poly(ERF_SMALL, f.mul(xs, xs))))
-    tail = _erfc_large(f, f.where(small, 1.0, ax))
-    r_large = f.where(f.lt(x, 0.0), f.sub(2.0, tail), tail)
-    return f.where(small, r_small, f.where(e.compute(Op.NE, x, x), x, r_large))
+    _, erfc_small, pq_mid, tail, sign, small, mid = _erf_pieces(f, x)
+    neg = f.lt(x, 0.0)
+    pq, carried = pq_mid
+    r_mid = f.where(neg, f.add(1.0, f.add(ERX, pq)), f.sub(f.sub(1.0 - ERX, pq), carried))   # 1 - ERX - pq exact
+    r = f.where(mid, r_mid, f.where(neg, f.sub(2.0, tail), tail))
+    r = f.where(small, erfc_small, r)
+    return f.where(e.compute(Op.NE, x, x), x, r)
 
 
 # name -> (function, number of float operands)

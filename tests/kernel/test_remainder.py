@@ -8,7 +8,7 @@ import pytest
 import spvad as sp
 
 pytestmark = pytest.mark.backends
-SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -3.0, 7.5, 1e-30, -2.5e-38]
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -3.0, 7.5, 1e-30, -2.5e-38, 1.7e36, -2.7e36, 3.3e38]
 
 
 @sp.kernel
@@ -28,7 +28,10 @@ def test_fmod_and_mod_exact(dtype, rng):
         pytest.skip("device has no float64")
     n = 4096
     b = (rng.uniform(-1, 1, n) * 10.0 ** rng.uniform(-3, 3, n)).astype(dtype)
-    a = (b.astype(np.float64) * rng.uniform(-1, 1, n) * 2.0 ** rng.uniform(0, 40, n)).astype(dtype)
+    b[:64] *= np.finfo(dtype).max / 4 / np.abs(b[:64]).max()     # divisors whose split would overflow
+    with np.errstate(over="ignore"):   # quotients up to 2^40 of the huge divisors: inf, a special value too
+        a = (b.astype(np.float64) * rng.uniform(-1, 1, n) * 2.0 ** rng.uniform(0, 40, n)).astype(dtype)
+    a[:64] = b[:64] * rng.uniform(-3.9, 3.9, 64).astype(dtype)
     a = np.concatenate([a, np.repeat(np.array(SPECIAL, dtype), len(SPECIAL))])
     b = np.concatenate([b, np.tile(np.array(SPECIAL, dtype), len(SPECIAL))])
     dt = sp.f32 if dtype == np.float32 else sp.f64

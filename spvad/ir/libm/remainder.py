@@ -7,7 +7,8 @@ x and q b are within a factor of two); q may be one too large where x / b rounds
 last step's fix-up (+ b, exact because the true remainder is a float) corrects. A quotient of more than the
 fraction's bits is not held exactly by q; each step removes about that many bits of it, so STEPS steps are
 exact for |a / b| below 2^(STEPS x 23) in f32 and 2^(STEPS x 52) in f64. Past that the result is NaN, not a
-wrong number (C99's exact answer there would take up to 13 steps in f32 on every call: docs/language.md)."""
+wrong number (C99's exact answer there would take up to 13 steps in f32 on every call: docs/language.md). A
+divisor whose split would overflow is scaled down with the dividend by a power of two first (HUGE)."""
 from ..ops import Op
 from .arith import Arith
 
@@ -31,13 +32,22 @@ def _step(f, x, b):
     return f.sub(f.sub(x, p), _two_product_error(f, q, b, p))
 
 
+# |b| from which Dekker's split of b (x (2^12 + 1), x (2^27 + 1)) would overflow, and the power of two both operands
+# are scaled by there: exact, since |a| >= |b| is then far above the subnormals, and so is a non-zero remainder
+# (a multiple of b's last place); |a| < |b| is a itself
+HUGE = {False: (2.0 ** 100, -64), True: (2.0 ** 990, -512)}
+
+
 def _abs_remainder(f, a, b):
     """fmod(|a|, |b|) for finite a and finite non-zero b: in [0, |b|)."""
-    ax, bx = f.abs(a), f.abs(b)
+    huge, k = HUGE[f.f64]
+    scale = f.where(f.ge(f.abs(b), huge), 2.0 ** k, 1.0)
+    ax, bx = f.mul(f.abs(a), scale), f.mul(f.abs(b), scale)
     r = ax
     for _ in range(STEPS):
         r = _step(f, r, bx)
-    return f.where(f.lt(r, 0.0), f.add(r, bx), r)
+    r = f.div(f.where(f.lt(r, 0.0), f.add(r, bx), r), scale)
+    return f.where(f.lt(f.abs(a), f.abs(b)), f.abs(a), r)
 
 
 def _negative(f, x):

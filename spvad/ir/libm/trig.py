@@ -5,6 +5,7 @@ in fdlibm's shape: the reduced argument's low word enters to first order, result
 division follows (tan). f32 within 4 ulp and f64 within 2 ulp of the exact result (tests/ir/test_libm_trig.py).
 """
 import math
+from typing import NamedTuple
 
 from ..ops import Op
 from .arith import Arith
@@ -41,15 +42,36 @@ def _signbit(f, x):
     return f.iop("lt", f.high_word(x), 0)
 
 
-def _finish(f, x, value):
+def _finish(f, p, value):
     """`value` where x is finite, NaN (x - x) for infinities and NaN."""
-    return f.where(f.lt(f.abs(x), math.inf), value, f.sub(x, x))
+    return f.where(p.finite, value, p.nan)
+
+
+class _Parts(NamedTuple):
+    """What sin, cos and tan of one x have in common."""
+    neg: object      # x's sign bit
+    q: object        # the quadrant, a float in 0..3
+    odd: object      # whether q is odd
+    sin: tuple       # sin and cos of the reduced argument as _kernels gives them (head, tail)
+    cos: tuple
+    finite: object   # |x| < inf
+    nan: object      # x - x: NaN for infinities and NaN
 
 
 def _parts(f, x):
-    """(sign bit of x, quadrant q as a float in 0..3, reduced double-word) of |x|."""
-    q, r, rl = reduce(f, f.abs(x))
-    return _signbit(f, x), q, r, rl
+    """The _Parts of x, computed once per operand where the pass shares work (expand.py: `e.shared`, the entries
+    that dominate this expansion): sin, cos and tan of one x cost one reduction and one pair of polynomials,
+    and give the bits each gives alone (the same statements)."""
+    shared = getattr(f.e, "shared", None)   # None: called directly with a plain Emitter, nothing shared
+    key = ("trig", x)
+    if shared is not None and key in shared:
+        return shared[key]
+    ax = f.abs(x)
+    q, r, rl = reduce(f, ax)
+    parts = _Parts(_signbit(f, x), q, _odd(f, q), *_kernels(f, r, rl), f.lt(ax, math.inf), f.sub(x, x))
+    if shared is not None:
+        shared[key] = parts
+    return parts
 
 
 def _flip(f, cond, v):
@@ -63,38 +85,35 @@ def _odd(f, q):
 def sin(e, x):
     """sin(|x|) by quadrant: sin, cos, -sin, -cos of r; odd: x's sign bit flips it."""
     f = Arith(e, x)
-    neg, q, r, rl = _parts(f, x)
-    (sh, st), (ch, ct) = _kernels(f, r, rl)
-    odd = _odd(f, q)
-    v = f.add(f.where(odd, ch, sh), f.where(odd, ct, st))
-    return _finish(f, x, _flip(f, f.ne(f.ge(q, 2.0), neg), v))
+    p = _parts(f, x)
+    (sh, st), (ch, ct) = p.sin, p.cos
+    v = f.add(f.where(p.odd, ch, sh), f.where(p.odd, ct, st))
+    return _finish(f, p, _flip(f, f.ne(f.ge(p.q, 2.0), p.neg), v))
 
 
 def cos(e, x):
     """cos(|x|) by quadrant: cos, -sin, -cos, sin of r."""
     f = Arith(e, x)
-    _, q, r, rl = _parts(f, x)
-    (sh, st), (ch, ct) = _kernels(f, r, rl)
-    odd = _odd(f, q)
-    v = f.add(f.where(odd, sh, ch), f.where(odd, st, ct))
-    return _finish(f, x, _flip(f, e.compute(Op.OR, f.eq(q, 1.0), f.eq(q, 2.0)), v))
+    p = _parts(f, x)
+    (sh, st), (ch, ct) = p.sin, p.cos
+    v = f.add(f.where(p.odd, sh, ch), f.where(p.odd, st, ct))
+    return _finish(f, p, _flip(f, e.compute(Op.OR, f.eq(p.q, 1.0), f.eq(p.q, 2.0)), v))
 
 
 def tan(e, x):
     """sin/cos of r (even quadrant) or -cos/sin (odd), a double-word quotient: a = n / d rounded, then
     a + (n - a d) / d with a d exact (Dekker), so that only the last rounding and the kernels' errors count."""
     f = Arith(e, x)
-    neg, q, r, rl = _parts(f, x)
-    (sh, st), (ch, ct) = _kernels(f, r, rl)
-    sh, sl = fast_two_sum(f, sh, st)
-    ch, cl = fast_two_sum(f, ch, ct)
-    odd = _odd(f, q)
+    p = _parts(f, x)
+    odd = p.odd
+    sh, sl = fast_two_sum(f, *p.sin)
+    ch, cl = fast_two_sum(f, *p.cos)
     nh, nl = f.where(odd, ch, sh), f.where(odd, cl, sl)
     dh, dl = f.where(odd, f.neg(sh), ch), f.where(odd, f.neg(sl), cl)
     a = f.div(nh, dh)
-    p, pe = two_prod(f, a, dh)
-    rem = f.sub(f.add(f.sub(f.sub(nh, p), pe), nl), f.mul(a, dl))
-    return _finish(f, x, _flip(f, neg, f.add(a, f.div(rem, dh))))
+    ad, ade = two_prod(f, a, dh)
+    rem = f.sub(f.add(f.sub(f.sub(nh, ad), ade), nl), f.mul(a, dl))
+    return _finish(f, p, _flip(f, p.neg, f.add(a, f.div(rem, dh))))
 
 
 EXPANSIONS = {Op.SIN: sin, Op.COS: cos, Op.TAN: tan, Op.ASIN: asin, Op.ACOS: acos, Op.ATAN: atan,
