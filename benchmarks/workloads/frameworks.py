@@ -86,6 +86,27 @@ def _maybe_compile(torch, fn, compiled):
         raise Unavailable(f"torch.compile failed: {e}") from None
 
 
+def _torch_runs(torch, fn, arrays, compiled):
+    """fn (torch.compile'd when asked) of leaf tensors made from `arrays` on torch's device: (the tensors, a dict
+    whose "y" is the last result, run_forward under no_grad, run_backward: sum(fn(...)).backward() into .grad)."""
+    fn = _maybe_compile(torch, fn, compiled)
+    dev = _torch_device(torch)
+    leaves = [torch.tensor(a, device=dev, requires_grad=True) for a in arrays]
+    out = {}
+
+    def run_forward():
+        with torch.no_grad():
+            out["y"] = fn(*leaves)
+
+    def run_backward():
+        for t in leaves:
+            t.grad = None
+        out["y"] = fn(*leaves)
+        out["y"].sum().backward()
+
+    return leaves, out, run_forward, run_backward
+
+
 def _numpy(a):
     """A framework array as float64 numpy (torch tensors are detached first)."""
     a = a.detach().cpu() if hasattr(a, "detach") else a
@@ -126,7 +147,7 @@ def _integrator_jax(cfg, ref):
 def _integrator_torch(cfg, ref, compiled=False):
     torch = _torch()
     check_fwd, check_grad = _integrator_checks()
-    steps, dev = cfg["steps"], _torch_device(torch)
+    steps = cfg["steps"]
 
     def integrate(x, w):
         v = x
@@ -134,19 +155,7 @@ def _integrator_torch(cfg, ref, compiled=False):
             v = v + 0.01 * torch.sin(v) * w
         return v
 
-    integrate = _maybe_compile(torch, integrate, compiled)
-    x = torch.tensor(ref["x"], device=dev, requires_grad=True)
-    w = torch.tensor(ref["w"], device=dev, requires_grad=True)
-    out = {}
-
-    def run_forward():
-        with torch.no_grad():
-            out["y"] = integrate(x, w)
-
-    def run_gradient():
-        x.grad = w.grad = None
-        integrate(x, w).sum().backward()
-
+    (x, w), out, run_forward, run_gradient = _torch_runs(torch, integrate, (ref["x"], ref["w"]), compiled)
     sync = _torch_sync(torch)
     return [Op("forward", run_forward, sync, check=lambda: check_fwd(_numpy(out["y"]), ref)),
             Op("gradient", run_gradient, sync, check=lambda: check_grad(_numpy(x.grad), _numpy(w.grad), ref))]
@@ -245,19 +254,8 @@ def _elementwise_jax(cfg, ref):
 def _elementwise_torch(cfg, ref, compiled=False):
     torch = _torch()
     check_fwd, check_grad = _elementwise_checks()
-    f = _maybe_compile(torch, lambda x: torch.tanh(1.5 * x + 0.2), compiled)
-    x = torch.tensor(ref["x"], device=_torch_device(torch), requires_grad=True)
-    gy = torch.ones_like(x)
-    out = {}
-
-    def run_forward():
-        with torch.no_grad():
-            out["y"] = f(x)
-
-    def run_gradient():
-        x.grad = None
-        f(x).backward(gy)
-
+    (x,), out, run_forward, run_gradient = _torch_runs(torch, lambda x: torch.tanh(1.5 * x + 0.2), (ref["x"],),
+                                                       compiled)
     y = torch.empty_like(x, requires_grad=False)
 
     def run_copy():
@@ -373,22 +371,9 @@ def _mass_spring_torch(cfg, ref, compiled=False):
             x = x + ms.DT * v
         return torch.sum((x - target) ** 2) / n
 
-    loss_of = _maybe_compile(torch, loss_of, compiled)
-    k = torch.tensor(ref["k"], device=dev, requires_grad=True)
-    p0 = torch.tensor(ref["p0"], device=dev, requires_grad=True)
-    out = {}
-
-    def run_forward():
-        with torch.no_grad():
-            out["loss"] = loss_of(k, p0)
-
-    def run_tape():
-        k.grad = p0.grad = None
-        out["loss"] = loss_of(k, p0)
-        out["loss"].backward()
-
+    (k, p0), out, run_forward, run_tape = _torch_runs(torch, loss_of, (ref["k"], ref["p0"]), compiled)
     sync = _torch_sync(torch)
-    return [Op("forward", run_forward, sync, check=lambda: ms._check_forward(float(out["loss"]), ref)),
+    return [Op("forward", run_forward, sync, check=lambda: ms._check_forward(float(out["y"]), ref)),
             Op("tape fwd+bwd", run_tape, sync,
                check=lambda: ms._check_gradient(_numpy(k.grad), _numpy(p0.grad), ref))]
 
