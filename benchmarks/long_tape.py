@@ -14,6 +14,8 @@ snapshots and recomputes the forward between them in the backward: spvad/tape/re
 electric (N steps, default 2048) and a double-buffered mass-spring (M steps, default 10,000; 3 kernels a step):
 the Tape's time against the unbounded Tape's, the bytes kept and the launches recomputed. Each budgeted Tape's
 gradients are compared with the unbounded Tape's, and the loss and two spring gradients with float64.
+Electric's budgeted rows raise, as they must: its unbounded Tape keeps only x[t] and v[t] as the previous
+rollout left them (nn1(t) reads them before advance(t) overwrites them), which no replay can compute again.
 """
 import argparse
 import json

@@ -13,6 +13,7 @@ them: the same numbers), so the gradients are those the Tape would give with all
 
 from ..errors import AutodiffRuleError
 from .checkpoints import OverBudget
+from .first_rows import live_nbytes, live_rows
 
 MAX_LEVELS = 24      # levels of splitting (each one more forward over its segment) before a budget is too small
 MAX_RESTARTS = 64    # pieces run again from their segment's start where no snapshot fits (quadratic)
@@ -57,8 +58,9 @@ def too_small(log, what, need=0):
     state, fixed = log.state_nbytes(), log.first.nbytes + log.host_nbytes
     return AutodiffRuleError(
         f"sp.Tape: checkpoint_budget={log.budget:,} bytes is too small to recompute this Tape's forward ({what}): "
-        f"it keeps the arrays its launches and host writes change as it found them and the contents its host "
-        f"writes left ({fixed:,} bytes), and needs room beside them for snapshots of those arrays ({state:,} "
+        f"it keeps the rows of its arrays that launches read before its writes replace them, as it found them, "
+        f"and the contents its host writes left ({fixed:,} bytes so far), and needs room beside them for "
+        f"snapshots of the arrays it writes ({state:,} "
         f"bytes each) and for the contents the gradients of a few launches read; it needs " +
         (f"at least {fixed:,} bytes" if fixed > log.budget else f"more (about {max(log.budget + 1, int(need)):,} "
          "bytes or more)") + " and runs fewer launches again with more")
@@ -75,14 +77,15 @@ def _segment(tape, log, snap, end):
         log.restore(snap)
         if n == 1:
             raise too_small(log, "one launch's gradient reads more than the budget leaves")
-    lengths = split(n, free, max(log.state_nbytes(), 1), log.rate)
+    live = live_rows(log.events, snap.pos, end, log.written)   # (what the snapshots inside it hold)
+    lengths = split(n, free, max(live_nbytes(live, snap.pos, end), 1), log.rate)
     if lengths is None:
         return _from_the_start(tape, log, snap, end, free)
     bounds = [snap.pos]
     for length in lengths:
         bounds.append(bounds[-1] + length)
     k = len(lengths)
-    snaps = [snap] + _replay(tape, log, snap.pos, bounds[k - 1], bounds[1:k])
+    snaps = [snap] + _replay(tape, log, snap.pos, bounds[k - 1], bounds[1:k], live)
     for j in reversed(range(k)):
         if j < k - 1:   # (the last piece's snapshot is the state the replay left)
             log.restore(snaps[j])
@@ -163,15 +166,15 @@ def _leaf(tape, log, start, end, free):
     return None
 
 
-def _replay(tape, log, start, stop, marks):
+def _replay(tape, log, start, stop, marks, live=None):
     """Events [start, stop) again without a Tape; returns the snapshots taken before each position in `marks`
-    (ascending, the last may be `stop`)."""
+    (ascending, the last may be `stop`), of the rows `live` names (first_rows.live_rows)."""
     snaps, marks, events = [], list(marks), log.events
     for pos in range(start, stop):
         if marks and marks[0] == pos:
-            snaps.append(log.snapshot(marks.pop(0)))
+            snaps.append(log.snapshot(marks.pop(0), live))
         events[pos].replay(None)
         tape.recomputed_launches += events[pos].is_launch
     if marks:
-        snaps.append(log.snapshot(marks.pop(0)))
+        snaps.append(log.snapshot(marks.pop(0), live))
     return snaps

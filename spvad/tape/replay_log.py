@@ -1,15 +1,19 @@
 """What a Tape with a checkpoint_budget records so that it can recompute its forward: every launch (its
 compiled kernel, arrays and scalars, the random-number key among them) and host write (the contents it left)
-in program order, each array the launches and host writes change as the Tape found it (copied before its
-first write: the state the replays start from), and, once it recomputes (past the budget), snapshots of that
-state at launch positions spaced so that they hold a share of the budget (recompute.py runs the backward).
+in program order, the rows of the arrays that launches read before the Tape's writes replace them, as the
+Tape found them (first_rows.py: the state the replays start from), and, once it recomputes (past the
+budget), snapshots of the arrays written so far at launch positions spaced so that they hold a share of the
+budget (recompute.py runs the backward).
 
 A snapshot at position p holds every array written before event p as it was then; an array first written
-at or after p is restored from its first copy (no write changed it before p)."""
+at or after p gets back the rows first_rows.py copied (the others need none)."""
 import numpy as np
 
 from .. import runtime
+from ..ir.rows import accessed_rows
 from ..launch import launch
+from .first_rows import FirstRows
+from .kept_slices import Arena
 from .recompute import too_small
 
 TOP_SHARE = 3   # the snapshots taken while recording hold at most 1/TOP_SHARE of what the budget leaves free
@@ -18,12 +22,13 @@ TOP_SHARE = 3   # the snapshots taken while recording hold at most 1/TOP_SHARE o
 class LaunchEvent:
     """A recorded launch, repeated as it ran: the same compiled kernel (aliasing variant included), arrays
     and scalars (so the same random numbers: the key is one of the scalars)."""
-    __slots__ = ("kernel", "specs", "arrays", "captured", "scalars", "ck")
+    __slots__ = ("kernel", "specs", "arrays", "captured", "scalars", "ck", "reads")
     is_launch = True
 
     def __init__(self, kernel, specs, arrays, captured, scalars, ck):
         self.kernel, self.specs, self.arrays, self.captured = kernel, specs, list(arrays), list(captured)
         self.scalars, self.ck = scalars, ck
+        self.reads = []   # [(FirstRows, rows it reads (None: all))]
 
     def replay(self, tape):
         """Launch again; `tape` (a Tape recording the replay, or None) records it as the first launch did."""
@@ -41,6 +46,7 @@ class HostWriteEvent:
     a Tape recording the replay must."""
     __slots__ = ("array", "what", "index", "seen", "buffer")
     is_launch = False
+    reads = ()
 
     def __init__(self, array, what, index, seen):
         self.array, self.what, self.index, self.seen, self.buffer = array, what, index, seen, None
@@ -64,7 +70,8 @@ def element_region(array, index):
 
 
 class Snapshot:
-    """The state before event `pos`: array id -> (array, device copy of its contents)."""
+    """The state before event `pos`: array id -> (array, device copy, None for a copy of the whole array, else
+    the regions (offset in the copy, offset in the array, bytes) of the rows it holds)."""
     __slots__ = ("pos", "copies", "nbytes")
 
     def __init__(self, pos):
@@ -75,7 +82,10 @@ class ReplayLog:
     def __init__(self, budget, checkpoints):
         self.budget, self.checkpoints = budget, checkpoints   # (the Tape's own copies share the budget)
         self.events = []
-        self.first = Snapshot(0)   # every written array as the Tape found it
+        self.first = Snapshot(0)   # the replays' start: no whole copies, the rows of `rows` (nbytes: theirs)
+        self.rows = {}             # id -> FirstRows: rows read and written so far, those copied as found
+        self.reads = {}            # id(compiled kernel) -> (it, ((array index, rows), ...) its launches read)
+        self.arena = Arena()       # where the rows' copies lie
         self.written = {}          # id -> array: the state (what launches and host writes change)
         self.pending = None        # the HostWriteEvent whose contents are copied at the next event
         self.tops = None           # [Snapshot] by position once recomputing (the first copies first)
@@ -94,18 +104,16 @@ class ReplayLog:
         return self.tops is not None
 
     # ---- device copies ----
+    def _room(self, nbytes):
+        if self.tops is None and self.held + self.checkpoints.nbytes + nbytes > self.budget:
+            self.make_room(len(self.events))   # (the Tape drops its own copies first: recomputing from here)
+
     def _copy(self, array, index=None):
         """A device copy of `array` (of its element `index` alone, when given)."""
         region = None if index is None else element_region(array, index)
         nbytes = array.buffer.nbytes if region is None else region[2]
-        if self.tops is None and self.held + self.checkpoints.nbytes + nbytes > self.budget:
-            self.make_room(len(self.events))   # (the Tape drops its own copies first: recomputing from here)
-        spare = self.pool.get(nbytes)
-        if spare:
-            buffer = spare.pop()
-        else:
-            buffer = runtime.get().spare_buffers.take(nbytes)
-            self.buffers.append(buffer)
+        self._room(nbytes)
+        buffer = self._take(nbytes)
         if region is None:
             array._runtime.device.copy_buffer(array.buffer, buffer, nbytes)
         else:
@@ -113,22 +121,45 @@ class ReplayLog:
         self._hold(nbytes)
         return buffer
 
+    def _take(self, nbytes):
+        spare = self.pool.get(nbytes)
+        if spare:
+            return spare.pop()
+        buffer = runtime.get().spare_buffers.take(nbytes)
+        self.buffers.append(buffer)
+        return buffer
+
     def _hold(self, nbytes, others=0):
         self.held += nbytes
         self.checkpoints.reserved = self.held
         self.peak = max(self.peak, self.held + self.checkpoints.nbytes + others)
 
-    def snapshot(self, pos):
-        """A snapshot of the state as it is now, before event `pos`."""
+    def snapshot(self, pos, live=None):
+        """A snapshot of the state as it is now, before event `pos`: every array written so far; or, `live`
+        (first_rows.live_rows for a segment that `pos` lies in), the rows a replay from `pos` to the segment's
+        end reads and the events before `pos` wrote."""
         snap = Snapshot(pos)
-        for key, a in self.written.items():
-            snap.copies[key] = (a, self._copy(a))
-            snap.nbytes += a.buffer.nbytes
+        if live is None:
+            for key, a in self.written.items():
+                snap.copies[key] = (a, self._copy(a), None)
+                snap.nbytes += a.buffer.nbytes
+            return snap
+        for tracker, rows, fw, lr in live:
+            rows = rows[(fw < pos) & (pos <= lr)]
+            if not len(rows):
+                continue
+            a = tracker.array
+            regions, nbytes = tracker.regions(rows.tolist())
+            buffer = self._take(nbytes)
+            a._runtime.device.copy_regions(a.buffer, buffer, regions)
+            self._hold(nbytes)
+            snap.copies[id(a)] = (a, buffer, regions[:, [1, 0, 2]])
+            snap.nbytes += nbytes
         return snap
 
     def drop(self, snap):
         """A snapshot no longer needed: its buffers serve the next ones (queued copies stay in order)."""
-        for a, buffer in snap.copies.values():
+        for a, buffer, _ in snap.copies.values():
             self.pool.setdefault(buffer.nbytes, []).append(buffer)
         self.held -= snap.nbytes
         self.checkpoints.reserved = self.held
@@ -137,19 +168,49 @@ class ReplayLog:
     def restore(self, snap):
         """Put every array of the state back as it was at `snap` (on the device, in launch order)."""
         for key, a in self.written.items():
-            _, buffer = snap.copies.get(key) or self.first.copies[key]
-            a._runtime.device.copy_buffer(buffer, a.buffer, a.buffer.nbytes)
+            held = snap.copies.get(key)
+            if held is None or held[2] is not None:   # (rows a snapshot holds go over them)
+                self.rows[key].restore()
+            if held is not None and held[2] is None:
+                a._runtime.device.copy_buffer(held[1], a.buffer, a.buffer.nbytes)
+            elif held is not None:
+                a._runtime.device.copy_regions(held[1], a.buffer, held[2])
             a.version += 1
 
     def state_nbytes(self):
         return sum(a.buffer.nbytes for a in self.written.values())
 
     # ---- recording ----
-    def _will_write(self, array):
-        if id(array) not in self.written:
-            self.first.copies[id(array)] = (array, self._copy(array))
-            self.first.nbytes += array.buffer.nbytes
-            self.written[id(array)] = array
+    def _tracker(self, array, slices, scalars):
+        rows = self.rows.get(id(array))
+        if rows is None:
+            rows = self.rows[id(array)] = FirstRows(array, slices, scalars)
+        return rows
+
+    def _will_write(self, tracker, rows):
+        """Before `rows` of the tracker's array are written: copy those read before and not copied yet."""
+        if tracker.copied is not None:   # (None: every row copied already)
+            due = tracker.due(rows)
+            if due:
+                self.first.nbytes += tracker.copy(due, self._place)
+        if rows is not None or tracker.all_at is None:
+            tracker.note_write(rows, len(self.events))
+        self.written.setdefault(id(tracker.array), tracker.array)
+
+    def _place(self, nbytes):
+        """Room for `nbytes` of first rows, counted in the budget: (buffer, byte offset)."""
+        self._room(nbytes)
+        buffer, at, _ = self.arena.place(runtime.get().spare_buffers, nbytes)
+        self._hold(nbytes)
+        return buffer, at
+
+    def _launch_reads(self, ck):
+        known = self.reads.get(id(ck))
+        if known is None:
+            found = accessed_rows(ck.ir, writes=False)
+            known = self.reads[id(ck)] = (ck, tuple((ai, slices) for (ai, field), slices in found.items()
+                                                    if field == "primal"))
+        return known[1]
 
     def flush(self):
         """Copy the contents the last host write left (its write is queued or done by now)."""
@@ -161,16 +222,24 @@ class ReplayLog:
     def launched(self, kernel, specs, arrays, captured, scalars, ck):
         """Before a launch is queued: note it, and keep what it changes as the Tape found it."""
         self.flush()
-        everything = list(arrays) + list(captured)
-        for ai, field in ck.facts.writes:
-            if field == "primal":
-                self._will_write(everything[ai])
-        self._event(LaunchEvent(kernel, specs, arrays, captured, scalars, ck))
+        everything, event = list(arrays) + list(captured), LaunchEvent(kernel, specs, arrays, captured, scalars, ck)
+        trackers, reads = self.rows, event.reads
+        for ai, slices in self._launch_reads(ck):   # (reads first: a launch may read what it writes)
+            tracker = trackers.get(id(everything[ai])) or self._tracker(everything[ai], slices, scalars)
+            rows = None if tracker.axis is None else tracker.rows(slices, scalars)
+            if tracker.read is not None:   # (None: every row read already)
+                tracker.note_read(rows)
+            reads.append((tracker, rows))
+        for ai, slices in ck.facts.primal_writes:
+            tracker = trackers.get(id(everything[ai])) or self._tracker(everything[ai], slices, scalars)
+            self._will_write(tracker, None if tracker.axis is None else tracker.rows(slices, scalars))
+        self._event(event)
 
     def host_write(self, array, what, index, seen):
         """Before a host write changes `array`."""
         self.flush()
-        self._will_write(array)
+        tracker = self._tracker(array, None, ())
+        self._will_write(tracker, tracker.element_rows(index))
         self.pending = HostWriteEvent(array, what, index, seen)
         self._event(self.pending)
 
@@ -217,7 +286,7 @@ class ReplayLog:
 
     def release(self):
         """The buffers taken, for the runtime's spare pool (after the last sync)."""
-        out, self.buffers, self.pool = self.buffers, [], {}
+        out, self.buffers, self.pool = self.buffers + self.arena.release(), [], {}
         self.events, self.written, self.tops, self.pending = [], {}, None, None   # (references to arrays, kernels)
-        self.first = Snapshot(0)
+        self.first, self.rows, self.reads = Snapshot(0), {}, {}
         return out

@@ -4,6 +4,9 @@ that keeps everything (bit for bit where no float atomics add in another order) 
 re-implementation (central finite differences) on random inputs; the bytes kept stay within the budget and
 `tape.recomputed_launches` counts the launches run again. Programs: a double-buffered mass-spring-like step,
 and an electric-like loop with a scratch array, an in-place update, random numbers and host writes."""
+import importlib.util
+import os
+
 import numpy as np
 import pytest
 
@@ -215,3 +218,104 @@ def test_electric_like_with_random_numbers_and_host_writes(rng, steps, fraction)
                              (x0, w10, w20), directions)
     np.testing.assert_allclose(along((got["x0"], got["w1"], got["w2"]), directions), fd, rtol=2e-3,
                                atol=1e-4 * np.abs(fd).max())
+
+
+# ---- DiffTaichi's electric layout: x and the network's outputs time-indexed (x[t], act[:, t] written once, so
+# a replay needs none of them as the Tape found them), a scratch hidden layer overwritten every step ----------
+
+@sp.kernel
+def layer(t: sp.i32, x: sp.Array, goal: sp.Array, w1: sp.Array, hid: sp.Array):
+    for i in range(hid.shape[0]):
+        hid[i] = sp.tanh(w1[0, i] * x[t - 1] + w1[1, i] * goal[t])
+
+
+@sp.kernel
+def outputs(t: sp.i32, hid: sp.Array, w2: sp.Array, act: sp.Array):
+    for i in range(hid.shape[0]):
+        act[i, t] = hid[i] * w2[i]   # (its gradient reads hid, which the next layer(t) overwrites)
+
+
+@sp.kernel
+def move(t: sp.i32, x: sp.Array, act: sp.Array, goal: sp.Array, loss: sp.Array):
+    for _ in range(1):
+        f = 0.0
+        for i in sp.static(range(H)):
+            f += act[i, t]
+        x[t] = x[t - 1] + DT * sp.tanh(f)
+        loss[None] += (x[t] - goal[t]) * (x[t] - goal[t])
+
+
+def time_indexed_np(x0, w1, w2, goal):
+    x, loss = x0, 0.0
+    for t in range(1, len(goal)):
+        hid = np.tanh(w1[0] * x + w1[1] * goal[t])
+        x = x + DT * np.tanh(np.sum(hid * w2))
+        loss += (x - goal[t]) ** 2
+    return loss
+
+
+def run_time_indexed(x0, w10, w20, goal0, budget):
+    steps = len(goal0)
+    x = sp.from_numpy(np.concatenate([[x0], np.zeros(steps - 1)]).astype(np.float32), needs_grad=True)
+    w1, w2 = sp.from_numpy(w10, needs_grad=True), sp.from_numpy(w20, needs_grad=True)
+    hid, act = sp.ndarray(sp.f32, (H,), needs_grad=True), sp.ndarray(sp.f32, (H, steps), needs_grad=True)
+    goal, loss = sp.from_numpy(goal0), sp.ndarray(sp.f32, (), needs_grad=True)
+    with sp.Tape(loss, checkpoint_budget=budget) as tape:
+        for t in range(1, steps):
+            layer(t, x, goal, w1, hid)
+            outputs(t, hid, w2, act)
+            move(t, x, act, goal, loss)
+    return tape, {"w1": w1.grad.to_numpy(), "w2": w2.grad.to_numpy(), "x": x.grad.to_numpy(),
+                  "loss": loss.to_numpy(), "x_end": x.to_numpy()}
+
+
+@pytest.mark.parametrize("steps,fraction", [(40, 10), (2000, 100)])
+def test_time_indexed_arrays_need_no_copy_as_found(rng, steps, fraction):
+    """The state a replay starts from is the rows launches read before the Tape's writes replace them (the
+    scratch hidden layer and the loss: 36 bytes), not the arrays they write as the Tape found them (x and act,
+    more than the budget); a snapshot holds the rows a replay from it reads that earlier launches wrote (hid,
+    x[t - 1], the loss: 40 bytes), not every array written so far."""
+    if runtime.get().backend == "interp" and fraction == 100:
+        pytest.skip("2,000 steps and their replays take minutes on the interpreter; 1/10 runs there")
+    x0, w10, w20, goal0 = rand(rng, 1)[0], rand(rng, (2, H)), rand(rng, H), rand(rng, steps)
+    full, ref = run_time_indexed(x0, w10, w20, goal0, None)
+    budget = full.checkpoint_bytes // fraction
+    assert budget < 4 * steps   # (x as the Tape found it would not fit, let alone act)
+    tape, got = run_time_indexed(x0, w10, w20, goal0, budget)
+    assert tape.recomputed_launches > 0
+    assert 0 < tape.checkpoint_bytes <= budget
+    for name in ref:   # (no float atomics but the loss's, from one thread)
+        np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
+    directions = [tuple(rng.standard_normal(s) for s in ((), (2, H), (H,))) for _ in range(3)]
+    fd = central_differences(lambda x, w1, w2: time_indexed_np(x, w1, w2, goal0.astype(np.float64)),
+                             (np.float64(x0), w10, w20), directions)
+    np.testing.assert_allclose(along((got["x"][0], got["w1"], got["w2"]), directions), fd, rtol=2e-3,
+                               atol=1e-4 * np.abs(fd).max())
+
+
+# ---- DiffTaichi's electric itself (examples/electric.py): its unbounded Tape keeps only x[t] and v[t] as the
+# previous rollout left them (nn1(t) reads them before advance(t) overwrites them), which no replay computes ----
+def electric_example(steps):
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "electric.py")
+    spec = importlib.util.spec_from_file_location("electric_recompute", path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    m.steps, m.seg_size = steps, steps // 2
+    m.allocate_fields()
+    return m
+
+
+@pytest.mark.parametrize("fraction", [10, 100])
+def test_electric_below_what_no_replay_computes_raises(rng, fraction):
+    steps = 24
+    m = electric_example(steps)
+    m.init_weights(rng)
+    m.initialize(rng)
+    with sp.Tape(m.loss) as full:
+        m.forward()
+    assert full.checkpoint_bytes == 16 * (steps - 1)   # x[t] and v[t], t = 1 .. steps - 1: nothing else
+    m.initialize(rng)
+    with pytest.raises(sp.AutodiffRuleError, match=rf"checkpoint_budget={full.checkpoint_bytes // fraction} "
+                                                   r"bytes is too small .*rows of its arrays that launches read"):
+        with sp.Tape(m.loss, checkpoint_budget=full.checkpoint_bytes // fraction):
+            m.forward()
