@@ -20,6 +20,7 @@ from .depth_probe import build_count_kernel
 from .extremum_ties import active_extrema, reverse_tie_tasks, won
 from .loop_exits import eliminate_loop_exits
 from .rules import ATOMIC_RULES, partials
+from .thread_injective import thread_private_arrays
 from .thread_order import refuse_needed, thread_order_values
 
 
@@ -56,7 +57,7 @@ class Reverser(Emitter):
         self.trips = {}        # loop -> Alloca counting its iterations in the latest replay
         self.snapshots = {}    # construct -> [(slot, AdStackAlloca of a loop | Alloca of an if)]
         self.flushes = {}      # construct -> {(array, indices): accumulator Alloca} (see _load_scope)
-        self.thread_private = _thread_private_arrays(task) if thread_private else set()
+        self.thread_private = thread_private_arrays(task) if thread_private else set()
         self.unreplayable = thread_order_values(task)   # what thread order decided: no replay recomputes it
 
     def run(self):
@@ -363,38 +364,3 @@ class Reverser(Emitter):
             self.pop_snapshot(s)
         self.in_block(back.body, body)
 
-
-def _thread_private_arrays(task):
-    """Arrays of a parallel task that no two threads share: on one axis every access uses the same index value,
-    injective in the thread index (`x[t, i, 0]` and `x[t + 1, i, 1]` with `i` the parallel loop index), so each
-    thread has a slice of its own and the gradient updates need no atomics."""
-    if task.kind != "parallel":
-        return set()
-    seen = {}
-    for s in N.walk(task.body):
-        if type(s).ACCESSES_ARRAY:
-            seen.setdefault(s.array, []).append(s.indices)
-    return {a for a, forms in seen.items() if any(
-        all(f[k] is forms[0][k] for f in forms) and _injective_in_thread(forms[0][k]) for k in range(len(forms[0])))}
-
-
-def _injective_in_thread(v):
-    """v = ThreadIndex, or v = w + u / w - u / w * c with w injective, u the same for every thread, c != 0."""
-    if isinstance(v, N.ThreadIndex):
-        return True
-    if not isinstance(v, N.Compute):
-        return False
-    if v.op is Op.CAST and v.args[0].dtype.is_int and v.dtype.is_int:
-        return _injective_in_thread(v.args[0])
-    if v.op in (Op.ADD, Op.SUB) or (v.op is Op.MUL and any(isinstance(a, N.Const) and a.value for a in v.args)):
-        a, b = v.args
-        return (_injective_in_thread(a) and _uniform(b)) or (v.op is not Op.SUB and _injective_in_thread(b)
-                                                              and _uniform(a))
-    return False
-
-
-def _uniform(v):
-    """The same value in every thread (built from constants, scalar arguments and shapes)."""
-    if isinstance(v, (N.Const, N.ScalarArg, N.ArrayShape)):
-        return True
-    return isinstance(v, N.Compute) and all(_uniform(a) for a in v.args)
