@@ -29,7 +29,8 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")   # lavapipe warns without one
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 warnings.filterwarnings("ignore", message=".*Template mapper caching disabled")   # Quadrants, untimed fills
-from workloads import batch, common, compile_latency, elementwise, frameworks, integrator, launch, limit, mass_spring, mpm, reduce  # noqa: E402,E501
+from workloads import (batch, common, compile_latency, elementwise, frameworks, integrator, launch,  # noqa: E402
+                       limit, mass_spring, mpm, reduce)
 
 WORKLOADS = (integrator, elementwise, mass_spring, mpm, launch, compile_latency, batch, reduce)
 ALL_SYSTEMS = common.SYSTEMS + ("numpy",) + frameworks.SYSTEMS + ("quadrants-cuda",)

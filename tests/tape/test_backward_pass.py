@@ -7,53 +7,12 @@ import pytest
 
 import spvad as sp
 from spvad import runtime
+from tests.common_kernels import central, chain_advance, chain_energy, chain_forces, chain_np
 
 pytestmark = pytest.mark.backends
-DT = 0.01
 
 
-@sp.kernel
-def forces(x: sp.Array, f: sp.Array, k: sp.Array, t: sp.i32):
-    for s in range(k.shape[0]):   # spring s joins particles s and s + 1 (rest length 1)
-        d = x[t, s + 1] - x[t, s]
-        c = k[s] * (d - 1.0)
-        f[t, s] += c
-        f[t, s + 1] += -c
-
-
-@sp.kernel
-def advance(x: sp.Array, v: sp.Array, f: sp.Array, t: sp.i32):
-    for i in range(x.shape[1]):
-        v[t + 1, i] = 0.99 * v[t, i] + DT * f[t, i]
-        x[t + 1, i] = x[t, i] + DT * v[t + 1, i]
-
-
-@sp.kernel
-def energy(x: sp.Array, loss: sp.Array, t: sp.i32):
-    for i in range(x.shape[1]):
-        loss[None] += x[t, i] * x[t, i] * (i + 1)
-
-
-def chain_np(x0, k, steps):
-    x, v = x0.astype(np.float64).copy(), np.zeros(len(x0))
-    for _ in range(steps):
-        c = k * (x[1:] - x[:-1] - 1.0)
-        f = np.zeros(len(x))
-        f[:-1] += c
-        f[1:] -= c
-        v = 0.99 * v + DT * f
-        x = x + DT * v
-    return np.sum(x * x * np.arange(1, len(x) + 1))
-
-
-def central(fn, arg, h):
-    out = np.zeros(arg.shape)
-    for i in range(arg.size):
-        up, down = arg.astype(np.float64).copy(), arg.astype(np.float64).copy()
-        up.flat[i] += h
-        down.flat[i] -= h
-        out.flat[i] = (fn(up) - fn(down)) / (2 * h)
-    return out
+forces, advance, energy = (sp.kernel(f) for f in (chain_forces, chain_advance, chain_energy))
 
 
 def chain(rng, steps, n=6):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
+from tests.common_kernels import central, chain_advance, chain_energy, chain_forces, chain_np, sin_steps
 
 pytestmark = pytest.mark.backends
 B, N, DT = 4, 6, 0.05
@@ -15,13 +16,7 @@ def rand(rng, *shape):
     return rng.uniform(0.2, 1.0, shape).astype(np.float32)
 
 
-@sp.kernel
-def step(x: sp.Array, v: sp.Array, dt: sp.f32, n: sp.i32):
-    for i in range(x.shape[0]):
-        p = x[i]
-        for k in range(n):
-            p = p + dt * sp.sin(p)
-        v[i] = p
+step = sp.kernel(sin_steps)
 
 
 def step_np(x, dt, n):
@@ -111,51 +106,12 @@ def test_tape_over_batched_launches(rng):
 
 
 # ---- a whole program: a batched spring chain over several steps, springs shared by every instance ----
-@sp.kernel
-def forces(x: sp.Array, f: sp.Array, k: sp.Array, t: sp.i32):
-    for s in range(k.shape[0]):   # spring s joins particles s and s + 1 (rest length 1)
-        c = k[s] * (x[t, s + 1] - x[t, s] - 1.0)
-        f[t, s] += c
-        f[t, s + 1] += -c
+forces, advance, energy = (sp.kernel(f) for f in (chain_forces, chain_advance, chain_energy))
 
 
-@sp.kernel
-def advance(x: sp.Array, v: sp.Array, f: sp.Array, t: sp.i32):
-    for i in range(x.shape[1]):
-        v[t + 1, i] = 0.99 * v[t, i] + DT * f[t, i]
-        x[t + 1, i] = x[t, i] + DT * v[t + 1, i]
-
-
-@sp.kernel
-def energy(x: sp.Array, loss: sp.Array, t: sp.i32):
-    for i in range(x.shape[1]):
-        loss[None] += x[t, i] * x[t, i] * (i + 1)
-
-
-def chain_np(x0, k, steps):
+def batched_chain_np(x0, k, steps):
     """The batched program's loss in float64: the sum over instances of each chain's energy."""
-    total = 0.0
-    for b in range(x0.shape[0]):
-        x, v = x0[b].copy(), np.zeros(x0.shape[1])
-        for _ in range(steps):
-            c = k * (x[1:] - x[:-1] - 1.0)
-            f = np.zeros(len(x))
-            f[:-1] += c
-            f[1:] -= c
-            v = 0.99 * v + DT * f
-            x = x + DT * v
-        total += np.sum(x * x * np.arange(1, len(x) + 1))
-    return total
-
-
-def central(fn, arg, h=1e-5):
-    out = np.zeros(arg.shape)
-    for i in range(arg.size):
-        up, down = arg.copy(), arg.copy()
-        up.flat[i] += h
-        down.flat[i] -= h
-        out.flat[i] = (fn(up) - fn(down)) / (2 * h)
-    return out
+    return sum(chain_np(x0[b], k, steps) for b in range(x0.shape[0]))
 
 
 @pytest.fixture(params=[False, True], ids=["plain", "debug"])
@@ -191,11 +147,11 @@ def test_tape_over_a_batched_simulation_matches_finite_differences(rng, checked)
             badvance(x, v, f, t)
         benergy(x, loss, steps)
     xf, kf = x0.astype(np.float64), k0.astype(np.float64)
-    np.testing.assert_allclose(loss.to_numpy(), chain_np(xf, kf, steps), rtol=1e-5)
-    np.testing.assert_allclose(x.grad.to_numpy()[:, 0], central(lambda a: chain_np(a, kf, steps), xf),
+    np.testing.assert_allclose(loss.to_numpy(), batched_chain_np(xf, kf, steps), rtol=1e-5)
+    np.testing.assert_allclose(x.grad.to_numpy()[:, 0], central(lambda a: batched_chain_np(a, kf, steps), xf, 1e-5),
                                rtol=1e-3, atol=1e-3)
-    np.testing.assert_allclose(k.grad.to_numpy(), central(lambda a: chain_np(xf, a, steps), kf), rtol=1e-3,
-                               atol=1e-3)
+    np.testing.assert_allclose(k.grad.to_numpy(), central(lambda a: batched_chain_np(xf, a, steps), kf, 1e-5),
+                               rtol=1e-3, atol=1e-3)
 
 
 @sp.kernel
