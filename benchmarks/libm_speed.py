@@ -13,27 +13,16 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-import spvad as sp  # noqa: E402
 from spvad import runtime  # noqa: E402
 from workloads import elementwise, integrator  # noqa: E402
+from workloads.common import run_once  # noqa: E402
 
 WORKLOADS = {"integrator": integrator, "elementwise": elementwise}
 MODES = ("libm", "native")
-
-
-def timed(op):
-    if op.setup:
-        op.setup()
-        sp.sync()
-    t0 = time.perf_counter()
-    op.run()
-    op.sync()
-    return time.perf_counter() - t0
 
 
 def switch(rt, mode, kernels):
@@ -61,14 +50,14 @@ def main():
             samples = {m: [] for m in MODES}
             for mode in MODES:   # compile, warm up, check
                 switch(rt, mode, kernels)
-                timed(op)
+                run_once(op)
                 if op.check:
                     ok, detail = op.check()
                     assert ok, f"{name} {op.name} {mode}: {detail}"
             for _ in range(args.repeat):
                 for mode in MODES:
                     switch(rt, mode, kernels)
-                    samples[mode].append(timed(op))
+                    samples[mode].append(run_once(op))
             libm, native = (statistics.median(samples[m]) * 1e3 for m in MODES)
             print(f"| {name} | {op.name} | {libm:.2f} | {native:.2f} | {libm / native:.2f} |", flush=True)
         rt.native_math = False

@@ -130,7 +130,7 @@ SAMPLE_S = 0.02   # a timed sample repeats a short operation to last about this 
                   # at the mercy of one scheduler tick on a loaded 2-core machine (MPM's Tape swung 1.23-1.45x)
 
 
-def _run_once(op, times=1):
+def run_once(op, times=1):
     """Seconds per run of `op` (per `op.per`), the mean of `times` runs, each after its untimed setup."""
     total = 0.0
     for _ in range(times):
@@ -146,7 +146,7 @@ def _run_once(op, times=1):
 
 def runs_per_sample(op):
     """How many runs of a warmed-up `op` one sample averages so that it lasts about SAMPLE_S (1 to 50)."""
-    seconds = _run_once(op) * op.per
+    seconds = run_once(op) * op.per
     return max(1, min(50, round(SAMPLE_S / max(seconds, 1e-6))))
 
 
@@ -159,7 +159,7 @@ def bench(workload, op_name, ops, repeat, warmup=1):
     for system, op in ops.items():
         try:
             for _ in range(warmup):
-                _run_once(op)
+                run_once(op)
             ok, detail = op.check() if op.check else (True, "")
         except Exception as e:  # noqa: BLE001 - a failing system is a result, not a crash
             rows.append(row(workload, op_name, system, "ERROR", unit=op.unit, detail=describe(e)))
@@ -175,7 +175,7 @@ def bench(workload, op_name, ops, repeat, warmup=1):
             if system in failed:
                 continue
             try:
-                samples[system].append(_run_once(op, times))
+                samples[system].append(run_once(op, times))
             except Exception as e:  # noqa: BLE001
                 failed[system] = describe(e)
     for system, op, detail, times in live:

@@ -9,13 +9,12 @@ reduction (spirv/lower_reduce.py), interleaved in one process:
 """
 import contextlib
 import statistics
-import time
 
 import numpy as np
 
 import spvad as sp
 from . import limit
-from .common import Op, close_to, init_spvad
+from .common import Op, close_to, init_spvad, run_once
 
 NAME = "reduce"
 OPS = ("forward", "gradient")
@@ -138,12 +137,12 @@ def compare_before_after(quick=False, repeat=9):
     with _without_subgroup_reduce():
         before = {op.name: op for op in _spvad_ops(cfg, ref, sp.kernel(sum_squares), sp.kernel(dense))}
         for op in before.values():   # compiled here
-            _run(op)
+            run_once(op)
     times = {(name, which): [] for name in OPS for which in ("before", "after")}
     for _ in range(repeat + 1):   # the first round is a warm-up
         for name in OPS:
             for which, ops in (("before", before), ("after", now)):
-                times[name, which].append(_run(ops[name]))
+                times[name, which].append(run_once(ops[name]))
     print(f"{title(cfg)}; {sp.device_info()['name']}")
     for name in OPS:
         b, a = (statistics.median(times[name, w][1:]) for w in ("before", "after"))
@@ -153,11 +152,3 @@ def compare_before_after(quick=False, repeat=9):
             print(f"    {which} {'ok' if ops[name].check()[0] else 'OUTSIDE the tolerance'}: {ops[name].check()[1]}")
 
 
-def _run(op):
-    if op.setup:
-        op.setup()
-    op.sync()
-    t = time.perf_counter()
-    op.run()
-    op.sync()
-    return time.perf_counter() - t
