@@ -97,3 +97,14 @@ def central(fn, arg, h):
         down.flat[i] -= h
         out.flat[i] = (fn(up) - fn(down)) / (2 * h)
     return out
+
+
+def dense(x: sp.Array, W: sp.Array, y: sp.Array):
+    """A dense layer y = x W^T over a batch: the gradient of W is the reverse of a broadcast (every thread adds
+    into every W element)."""
+    for b in range(x.shape[0]):
+        for j in range(W.shape[0]):
+            acc = 0.0
+            for k in range(W.shape[1]):
+                acc += W[j, k] * x[b, k]
+            y[b, j] = acc

@@ -1,6 +1,7 @@
 """ir/uniformity.py on representative kernels: which values are the same for every thread computing them
 together, and which atomics update one address for all of them (spirv/lower_reduce.py reduces those)."""
 import spvad as sp
+from tests.common_kernels import dense
 from spvad import types as T
 from spvad.frontend import ArraySpec, build_kernel
 from spvad.ir import nodes as N
@@ -104,20 +105,10 @@ def _specs(*ndims, dtype=T.f32):
     return [ArraySpec(dtype, d, needs_grad=dtype.is_float) for d in ndims]
 
 
-@sp.kernel
-def dense(x: sp.Array, W: sp.Array, y: sp.Array):
-    for b in range(x.shape[0]):
-        for j in range(W.shape[0]):
-            acc = 0.0
-            for k in range(W.shape[1]):
-                acc += W[j, k] * x[b, k]
-            y[b, j] = acc
-
-
 def test_the_dense_layer_weight_gradient_is_a_uniform_atomic_and_the_input_gradient_is_not():
     """The reverse of a broadcast: W.grad[j, k] += ..., j and k loop indices (the reverse loops count their
     trips in local slots first); x.grad[b, k] is per thread."""
-    ir = run_passes(build_kernel(dense.fn, _specs(2, 2, 2))[0], REVERSE)[0]
+    ir = run_passes(build_kernel(dense, _specs(2, 2, 2))[0], REVERSE)[0]
     (task,) = ir.tasks
     atomics = [s for s in N.walk(task.body) if isinstance(s, N.AtomicRMW)]
     reducible = uniform_atomics(task)

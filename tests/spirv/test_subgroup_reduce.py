@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import spvad as sp
+from tests import common_kernels
 from spvad.frontend import ArraySpec, build_kernel
 from spvad.pipeline import PRIMAL, run_passes
 from spvad.spirv import tools
@@ -106,14 +107,7 @@ def at_table_index(x: sp.Array, where: sp.Array, out: sp.Array):
         out[where[1]] += x[i]   # a load at a uniform address of an array the kernel never writes
 
 
-@sp.kernel
-def dense(x: sp.Array, W: sp.Array, y: sp.Array):
-    for b in range(x.shape[0]):
-        for j in range(W.shape[0]):
-            acc = 0.0
-            for k in range(W.shape[1]):
-                acc += W[j, k] * x[b, k]
-            y[b, j] = acc
+dense = sp.kernel(common_kernels.dense)
 
 
 @sp.kernel
