@@ -98,5 +98,9 @@ class Arith:
             return self.from_high_word(self.high_word(x), 0)
         return self.from_high_word(self.iop("bit_and", self.high_word(x), f32_mask))
 
+    def sign_bit(self, x):
+        """Whether x's sign bit is set (-0.0 included; a NaN's too, by its bits)."""
+        return self.iop("lt", self.high_word(x), 0)
+
     def is_nan(self, x):
         return self.ne(x, x)

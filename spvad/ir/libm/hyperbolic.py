@@ -25,10 +25,6 @@ TANH_P = {T.f64: (-2.061693678581207e-05, 8.513223936472215e-05, -0.000234645519
                   0.13333324130845753, -0.3333333329448853)}
 
 
-def _sign_bit(f, x):
-    return f.iop("lt", f.high_word(x), 0)
-
-
 def _half_exp(f, a):
     """exp(a) / 2 for a >= LARGE, rounded once (inf beyond the largest finite result)."""
     y, k = exp_parts(f, f.where(f.lt(a, LARGE[f.dt]), LARGE[f.dt], a))
@@ -48,7 +44,7 @@ def sinh(e, x):
     below_one = _odd_poly(f, f.where(f.lt(a, 1.0), a, 0.5), SINH_P)
     above_one = f.mul(0.5, f.add(t, f.div(t, f.add(t, 1.0))))
     r = f.where(f.lt(a, 1.0), below_one, f.where(f.lt(a, LARGE[f.dt]), above_one, _half_exp(f, a)))
-    r = f.where(_sign_bit(f, x), f.neg(r), r)
+    r = f.where(f.sign_bit(x), f.neg(r), r)
     return f.where(f.either(f.lt(a, TINY[f.dt]), f.is_nan(x)), x, r)
 
 
@@ -77,7 +73,7 @@ def tanh(e, x):
     t = expm1(e, f.add(ac, ac))
     r = f.where(upper, f.sub(1.0, f.div(2.0, f.add(t, 2.0))), _odd_poly(f, f.where(upper, 0.5, a), TANH_P))
     r = f.where(f.gt(a, cap), 1.0, r)
-    r = f.where(_sign_bit(f, x), f.neg(r), r)
+    r = f.where(f.sign_bit(x), f.neg(r), r)
     return f.where(f.either(f.lt(a, TINY[f.dt]), f.is_nan(x)), x, r)
 
 

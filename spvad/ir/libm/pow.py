@@ -129,7 +129,7 @@ def pow(e, x, y):
     integer = f.eq(f.floor(y), y)
     half = f.mul(y, 0.5)
     odd = f.both(integer, f.ne(f.floor(half), half))
-    sign_bit = f.iop("lt", f.high_word(x), 0)
+    sign_bit = f.sign_bit(x)
     r = f.where(f.both(odd, sign_bit), f.neg(mag), mag)
     negative = f.both(f.both(f.lt(x, 0.0), f.gt(x, -math.inf)), f.e.compute(Op.NOT, integer))
     r = f.where(negative, math.nan, r)

@@ -50,15 +50,10 @@ def _abs_remainder(f, a, b):
     return f.where(f.lt(f.abs(a), f.abs(b)), f.abs(a), r)
 
 
-def _negative(f, x):
-    """The sign bit of x (also of -0.0)."""
-    return f.iop("lt", f.high_word(x), 0)
-
-
 def fmod(e, a, b):
     f = Arith(e, a)
     r = _abs_remainder(f, a, b)
-    signed = f.where(_negative(f, a), f.neg(r), r)
+    signed = f.where(f.sign_bit(a), f.neg(r), r)
     too_far = f.ge(f.div(f.abs(a), f.abs(b)), float(2.0 ** (STEPS * f.frac_bits)))
     nan = f.either(f.either(f.is_nan(a), f.is_nan(b)), f.either(f.eq(f.abs(a), float("inf")), f.eq(b, 0.0)))
     nan = f.either(nan, f.both(too_far, f.ne(f.abs(b), float("inf"))))
@@ -69,8 +64,8 @@ def mod(e, a, b):
     """numpy's: m = fmod(a, b); where m is not zero and its sign differs from b's, m + b; a zero takes b's sign."""
     f = Arith(e, a)
     m = fmod(e, a, b)
-    differs = f.both(f.ne(m, 0.0), f.ne(_negative(f, m), _negative(f, b)))
-    zero = f.where(_negative(f, b), -0.0, 0.0)
+    differs = f.both(f.ne(m, 0.0), f.ne(f.sign_bit(m), f.sign_bit(b)))
+    zero = f.where(f.sign_bit(b), -0.0, 0.0)
     return f.where(f.eq(m, 0.0), zero, f.where(differs, f.add(m, b), m))
 
 

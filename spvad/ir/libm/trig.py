@@ -37,11 +37,6 @@ def _kernels(f, r, rl):
     return (r, s_tail), (w, c_tail)
 
 
-def _signbit(f, x):
-    """x's sign bit (-0.0 included; a NaN's does not matter: the result is NaN)."""
-    return f.iop("lt", f.high_word(x), 0)
-
-
 def _finish(f, p, value):
     """`value` where x is finite, NaN (x - x) for infinities and NaN."""
     return f.where(p.finite, value, p.nan)
@@ -68,7 +63,7 @@ def _parts(f, x):
         return shared[key]
     ax = f.abs(x)
     q, r, rl = reduce(f, ax)
-    parts = _Parts(_signbit(f, x), q, _odd(f, q), *_kernels(f, r, rl), f.lt(ax, math.inf), f.sub(x, x))
+    parts = _Parts(f.sign_bit(x), q, _odd(f, q), *_kernels(f, r, rl), f.lt(ax, math.inf), f.sub(x, x))
     if shared is not None:
         shared[key] = parts
     return parts

@@ -33,10 +33,6 @@ PI_F64 = (3.141592653589793, 1.2246467991473532e-16)
 PI_F32 = (3.1415927410125732, -8.742277657347586e-08)
 
 
-def _signbit(f, x):
-    return f.iop("lt", f.high_word(x), 0)
-
-
 def _flip(f, cond, v):
     return f.where(cond, f.neg(v), v)
 
@@ -70,7 +66,7 @@ def atan(e, x):
     """sign(x) atan(|x| / 1): odd, -0.0 kept, +-pi/2 at +-inf."""
     f = Arith(e, x)
     hi, lo = atan_ratio(f, f.abs(x), f.c(1.0))
-    return _flip(f, _signbit(f, x), f.add(hi, lo))
+    return _flip(f, f.sign_bit(x), f.add(hi, lo))
 
 
 def atan2(e, y, x):
@@ -88,8 +84,8 @@ def atan2(e, y, x):
     pi_hi, pi_lo = PI_F64 if f.f64 else PI_F32
     d, err = two_sum(f, f.c(pi_hi), f.neg(hi))
     mirrored = f.add(d, f.add(err, f.sub(pi_lo, lo)))
-    r = f.where(_signbit(f, x), mirrored, f.add(hi, lo))
-    r = _flip(f, _signbit(f, y), r)
+    r = f.where(f.sign_bit(x), mirrored, f.add(hi, lo))
+    r = _flip(f, f.sign_bit(y), r)
     return f.where(e.compute(Op.OR, f.ne(x, x), f.ne(y, y)),
                    f.add(x, y), r)
 
@@ -117,7 +113,7 @@ def asin(e, x):
     ph, pl = (PIO2_HI, PIO2_LO) if f.f64 else (PIO2_HI_F32, PIO2_LO_F32)
     d, err = two_sum(f, f.c(ph), f.neg(f.add(s, s)))
     r_big = f.add(d, f.add(err, f.sub(pl, f.add(v, v))))
-    return _flip(f, _signbit(f, x), f.where(small, r_small, r_big))
+    return _flip(f, f.sign_bit(x), f.where(small, r_small, r_big))
 
 
 def acos(e, x):
@@ -131,4 +127,4 @@ def acos(e, x):
     pi_hi, pi_lo = PI_F64 if f.f64 else PI_F32
     r_pos = f.add(two_s, two_v)
     r_neg = f.sub(pi_hi, f.add(two_s, f.sub(two_v, pi_lo)))
-    return f.where(small, r_small, f.where(_signbit(f, x), r_neg, r_pos))
+    return f.where(small, r_small, f.where(f.sign_bit(x), r_neg, r_pos))
