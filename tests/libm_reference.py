@@ -217,13 +217,15 @@ HARD_TRIG = {T.f32: [252.89820861816406, 505.7964172363281, 2023.1856689453125, 
 
 
 def _trig(rng, dt, n):
-    """Small, moderate, log-uniform over the whole range, near multiples of pi/2 and the reduction's seams."""
+    """Small, moderate, log-uniform over the whole range, near multiples of pi/2 and the reductions' seams (f64's
+    Cody-Waite/Payne-Hanek bounds; f32's pi/4 and the exponents where its 2/pi window moves, 2^(8j - 127))."""
     f64, top = dt == T.f64, np.finfo(dt.np).maxexp
     k = np.concatenate([np.arange(1, 64), rng.integers(64, 2 ** 12, 64), rng.integers(2 ** 12, 2 ** 30, 32)])
     return [np.concatenate([rng.uniform(-10, 10, n), rng.uniform(-7000, 7000, n // 4),
                             _log_uniform(rng, -30, top - 0.01, n, signed=True), _log_uniform(rng, 10, 25, n // 4),
                             _near(k * (np.pi / 2), dt, 2), _near(HARD_TRIG[dt], dt, 2), _subnormals(rng, dt, 16),
                             _near([6400.0, 1.6e6, 2.0 ** 20 * np.pi / 2, 2.0 ** 24, 2.0 ** (53 if f64 else 23)], dt, 2),
+                            _near([np.pi / 4] + [2.0 ** (8 * j - 127) for j in range(16, 32)], dt, 2),
                             [np.finfo(dt.np).max, -np.finfo(dt.np).max, 2.0 ** -126, 0.785, -0.785]])]
 
 

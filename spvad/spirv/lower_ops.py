@@ -13,8 +13,9 @@ from typing import NamedTuple
 
 from .. import types as T
 from ..ir import nodes as N
+from ..ir.constant_tables import TWO_OVER_PI_TABLE
 from ..ir.ops import Op as IROp
-from .spec import GLSL, Capability, Op
+from .spec import GLSL, Capability, Op, StorageClass
 
 
 def _op(opcode):
@@ -265,7 +266,9 @@ def _powi(L, s, a):
 def _shift(opcode):
     # Shifting by >= 32 is undefined in SPIR-V: use the low 5 bits, as the interpreter does.
     def row(L, s, a):
-        amount_t = s.args[1].dtype
+        amount_t, amount = s.args[1].dtype, s.args[1]
+        if isinstance(amount, N.Const):   # folded here: the math library shifts by constants in its hot loops
+            return L.emit(opcode, s.dtype, a[0], L.const(amount_t, int(amount.value) & 31))
         return L.emit(opcode, s.dtype, a[0], L.emit(Op.OpBitwiseAnd, amount_t, a[1], L.const(amount_t, 31)))
     return row
 
@@ -335,6 +338,19 @@ def _float_bits(L, s, a):
 
 def _float_low_bits(L, s, a):
     return L.emit(Op.OpCompositeExtract, T.u32, L.f.emit(Op.OpBitcast, _word_pair(L), a[0]), 0)
+
+
+def _mul_hi(L, s, a):
+    u32 = L.ty(T.u32)
+    both = L.f.emit(Op.OpUMulExtended, L.m.type_struct((u32, u32)), a[0], a[1])
+    return L.emit(Op.OpCompositeExtract, T.u32, both, 1)
+
+
+def _two_over_pi_bits(L, s, a):
+    u32 = L.ty(T.u32)
+    table = L.m.constant_table(u32, TWO_OVER_PI_TABLE)
+    word = L.f.emit(Op.OpAccessChain, L.m.type_pointer(StorageClass.Private, u32), table, a[0])
+    return L.emit(Op.OpLoad, T.u32, word)
 
 
 def _f64_from_bits(L, s, a):
@@ -407,6 +423,8 @@ LOWER = {
     IROp.FLOAT_LOW_BITS: _float_low_bits,
     IROp.F32_FROM_BITS: _op(Op.OpBitcast),
     IROp.F64_FROM_BITS: _f64_from_bits,
+    IROp.MUL_HI: _mul_hi,
+    IROp.TWO_OVER_PI_BITS: _two_over_pi_bits,
 }
 
 

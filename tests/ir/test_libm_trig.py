@@ -135,3 +135,24 @@ def test_one_float_dtype(name, dtype):
     _, stmts, _ = expansion_stmts(lambda e, *p: e.compute(op, *p), dtype, arity)
     assert not [s for s in stmts if isinstance(s, N.Compute) and s.op in TRIG_OPS]
     assert {s.dtype for s in stmts if s.dtype.is_float} == {dtype}
+
+
+def test_two_over_pi_words_against_mpmath():
+    """Op.TWO_OVER_PI_BITS's table (f32's reduction reads it) holds 2/pi's bits as mpmath computes them: word k
+    is the 32 bits from 2^-(8k - 151) on, zero before the binary point."""
+    import mpmath
+    from spvad.ir.constant_tables import TWO_OVER_PI_TABLE
+    with mpmath.workprec(400):
+        frac = int(mpmath.floor(2 / mpmath.pi * mpmath.mpf(2) ** 300))   # 2/pi's first 300 fraction bits
+    for k, word in enumerate(TWO_OVER_PI_TABLE):
+        first = 8 * k - 151
+        want = sum(((frac >> (300 - b)) & 1) << (first + 31 - b) for b in range(max(first, 1), first + 32))
+        assert word == want, (k, hex(word), hex(want))
+    for k, want in ((0, 0), (19, 0xA2F9836E)):
+        assert eval_op(Op.TWO_OVER_PI_BITS, T.u32, [np.int32(k)]) == want
+
+
+def test_mul_hi_against_python_integers():
+    rng = np.random.default_rng(11)
+    for a, b in zip(rng.integers(0, 2 ** 32, 200, dtype=np.uint64), rng.integers(0, 2 ** 32, 200, dtype=np.uint64)):
+        assert eval_op(Op.MUL_HI, T.u32, [np.uint32(a), np.uint32(b)]) == (int(a) * int(b)) >> 32

@@ -7,7 +7,9 @@ division follows (tan). f32 within 4 ulp and f64 within 2 ulp of the exact resul
 import math
 from typing import NamedTuple
 
+from ... import types as T
 from ..ops import Op
+from . import trig_f32
 from .arith import Arith
 from .trig_inverse import acos, asin, atan, atan2
 from .trig_reduce import fast_two_sum, reduce, two_prod
@@ -54,19 +56,27 @@ class _Parts(NamedTuple):
 
 
 def _parts(f, x):
-    """The _Parts of x, computed once per operand where the pass shares work (expand.py: `e.shared`, the entries
-    that dominate this expansion): sin, cos and tan of one x cost one reduction and one pair of polynomials,
-    and give the bits each gives alone (the same statements)."""
+    """The parts of x sin, cos and tan share (_Parts; trig_f32.Reduced for f32), computed once per operand where
+    the pass shares work (expand.py: `e.shared`, the entries that dominate this expansion): sin, cos and tan of
+    one x cost one reduction and one pair of polynomials, and give the bits each gives alone (the same
+    statements)."""
     shared = getattr(f.e, "shared", None)   # None: called directly with a plain Emitter, nothing shared
     key = ("trig", x)
     if shared is not None and key in shared:
         return shared[key]
-    ax = f.abs(x)
-    q, r, rl = reduce(f, ax)
-    parts = _Parts(f.sign_bit(x), q, _odd(f, q), *_kernels(f, r, rl), f.lt(ax, math.inf), f.sub(x, x))
+    if f.f64:
+        ax = f.abs(x)
+        q, r, rl = reduce(f, ax)
+        parts = _Parts(f.sign_bit(x), q, _odd(f, q), *_kernels(f, r, rl), f.lt(ax, math.inf), f.sub(x, x))
+    else:
+        parts = trig_f32.reduce(f, x)
     if shared is not None:
         shared[key] = parts
     return parts
+
+
+def _odd_n(f, p):
+    return f.iop("ne", f.iop("bit_and", p.n, 1, dtype=T.u32), 0, dtype=T.u32)
 
 
 def _flip(f, cond, v):
@@ -81,6 +91,10 @@ def sin(e, x):
     """sin(|x|) by quadrant: sin, cos, -sin, -cos of r; odd: x's sign bit flips it."""
     f = Arith(e, x)
     p = _parts(f, x)
+    if not f.f64:   # the quadrant's sign (n & 2) and x's, by bits
+        flip = f.iop("bit_xor", f.iop("shl", f.iop("bit_and", p.n, 2, dtype=T.u32), 30, dtype=T.u32), p.sign,
+                     dtype=T.u32)
+        return trig_f32.with_sign(f, f.where(_odd_n(f, p), p.cos, p.sin), flip)
     (sh, st), (ch, ct) = p.sin, p.cos
     v = f.add(f.where(p.odd, ch, sh), f.where(p.odd, ct, st))
     return _finish(f, p, _flip(f, f.ne(f.ge(p.q, 2.0), p.neg), v))
@@ -90,6 +104,9 @@ def cos(e, x):
     """cos(|x|) by quadrant: cos, -sin, -cos, sin of r."""
     f = Arith(e, x)
     p = _parts(f, x)
+    if not f.f64:   # negative in quadrants 1 and 2: bit 1 of n + 1
+        flip = f.iop("shl", f.iop("bit_and", f.iop("add", p.n, 1, dtype=T.u32), 2, dtype=T.u32), 30, dtype=T.u32)
+        return trig_f32.with_sign(f, f.where(_odd_n(f, p), p.sin, p.cos), flip)
     (sh, st), (ch, ct) = p.sin, p.cos
     v = f.add(f.where(p.odd, sh, ch), f.where(p.odd, st, ct))
     return _finish(f, p, _flip(f, e.compute(Op.OR, f.eq(p.q, 1.0), f.eq(p.q, 2.0)), v))
@@ -100,6 +117,8 @@ def tan(e, x):
     a + (n - a d) / d with a d exact (Dekker), so that only the last rounding and the kernels' errors count."""
     f = Arith(e, x)
     p = _parts(f, x)
+    if not f.f64:
+        return _tan_f32(f, p, x)
     odd = p.odd
     sh, sl = fast_two_sum(f, *p.sin)
     ch, cl = fast_two_sum(f, *p.cos)
@@ -109,6 +128,18 @@ def tan(e, x):
     ad, ade = two_prod(f, a, dh)
     rem = f.sub(f.add(f.sub(f.sub(nh, ad), ade), nl), f.mul(a, dl))
     return _finish(f, p, _flip(f, p.neg, f.add(a, f.div(rem, dh))))
+
+
+def _tan_f32(f, p, x):
+    """sin/cos (even quadrant) or -cos/sin (odd) of r, one division: near the poles r's own rounding counts, so the
+    shared sin and cos of r move to first order by d = r - fl(r) (trig_f32.precise_r): within 3.5 ulp."""
+    r_hi, r_lo = trig_f32.precise_r(f, p, x)
+    d = f.add(f.sub(r_hi, p.r), r_lo)
+    s = f.add(p.sin, f.mul(d, p.cos))
+    c = f.sub(p.cos, f.mul(d, p.sin))
+    odd = _odd_n(f, p)
+    t = f.div(f.where(odd, c, s), f.where(odd, f.neg(s), c))
+    return trig_f32.with_sign(f, t, p.sign)
 
 
 EXPANSIONS = {Op.SIN: sin, Op.COS: cos, Op.TAN: tan, Op.ASIN: asin, Op.ACOS: acos, Op.ATAN: atan,

@@ -1,33 +1,26 @@
-"""Reduction of a trigonometric argument by pi/2 for the trig expansions (trig.py): |x| = (n + r / (pi/2)) pi/2
-with r = r_hi + r_lo in [-pi/4, pi/4] (a double-word), returning (n mod 4, r_hi, r_lo), branchless.
+"""Reduction of an f64 trigonometric argument by pi/2 for the trig expansions (trig.py; f32's is trig_f32.py):
+|x| = (n + r / (pi/2)) pi/2 with r = r_hi + r_lo in [-pi/4, pi/4] (a double-word), returning (n mod 4, r_hi,
+r_lo), branchless.
 
 Moderate |x|: Cody-Waite, n = round(|x| 2/pi), pi/2 split into parts whose products with n are exact, each
 subtraction caught by an error-free two-sum. Huge |x|: Payne-Hanek, |x| = M 2^E with M an integer; only the bits
 of 2/pi from 2^-(E+some) on matter mod 4, chosen from a table of limbs by E (two levels of SELECT), multiplied by
-M limb by limb exactly (12-bit limbs in i32 for f32, 24-bit limbs held in f64 for f64: every product and column
-sum exact), the carries propagated, the quadrant taken from the top bits and the rest turned into a double-word.
+M limb by limb exactly (24-bit limbs held in f64: every product and column sum exact), the carries propagated,
+the quadrant taken from the top bits and the rest turned into a double-word.
 """
 import math
 
-from ... import types as T
+from ..constant_tables import TWO_OVER_PI
 from ..ops import Op
 
-# The fraction bits of 2/pi (1400 bits, hex)
-TWO_OVER_PI = (
-    "a2f9836e4e441529fc2757d1f534ddc0db6295993c439041fe5163abdebbc561b7246e3a424dd2e006492eea09d1921cfe1deb1cb1"
-    "29a73ee88235f52ebb4484e99c7026b45f7e413991d639835339f49c845f8bbdf9283b1ff897ffde05980fef2f118b5a0a6d1f6d36"
-    "7ecf27cb09b74f463f669e5fea2d7527bac7ebe5f17b3d0739f78a5292ea6bfb5fb11f8d5d0856033046fc7b6babf0cfbc209af436"
-    "1da9e391615ee61b086599855f14a068")
 PIO2_HI = 1.5707963267948966            # pi/2 = PIO2_HI + PIO2_LO (f64)
 PIO2_LO = 6.123233995736766e-17
-PIO2_HI_F32 = 1.5707963705062866        # pi/2 = PIO2_HI_F32 + PIO2_LO_F32 (f32 values)
+PIO2_HI_F32 = 1.5707963705062866        # pi/2 = PIO2_HI_F32 + PIO2_LO_F32 (f32 values: trig_inverse.py)
 PIO2_LO_F32 = -4.371138828673793e-08
-# Cody-Waite parts of pi/2: f32, three of 12 bits (n <= 2^12: each n * part exact) and one of 24, which leave
-# 2^-68.7; f64 (fdlibm's), three of 33 bits (n <= 2^20) and one of 53
-CW_F32 = (1.57080078125, -4.453584551811218e-06, -8.706138032721356e-10, 6.223371969669989e-14)
+# Cody-Waite parts of pi/2 (fdlibm's): three of 33 bits (n <= 2^20: each n * part exact) and one of 53
 CW_F64 = (1.5707963267341256, 6.077100506303966e-11, 2.0222662487111665e-21, 8.4784276603689e-32)
 # Beyond these |x| the Cody-Waite n outgrows its exact products: Payne-Hanek
-HUGE = {T.f32: 6400.0, T.f64: 1.6e6}
+HUGE = 1.6e6
 
 
 def two_sum(f, a, b):
@@ -60,10 +53,9 @@ def two_prod(f, a, b):
 
 
 def cody_waite(f, ax):
-    """(n mod 4 as a float, r_hi, r_lo) for 0 <= ax below HUGE: r = ax - n (pi/2) to about 2^-56 (f32: the
-    closest f32 below 6434 comes within 2^-27.8 of a multiple of pi/2) or 2^-100 (f64)."""
+    """(n mod 4 as a float, r_hi, r_lo) for 0 <= ax below HUGE: r = ax - n (pi/2) to about 2^-100."""
     n = f.round(f.mul(ax, 2.0 / math.pi))
-    parts = CW_F32 if not f.f64 else CW_F64
+    parts = CW_F64
     s, err = f.sub(ax, f.mul(n, parts[0])), None   # exact: n p0 is, and the difference is small
     for p in parts[1:-1]:
         s, e = two_diff(f, s, f.mul(n, p))
@@ -71,55 +63,6 @@ def cody_waite(f, ax):
     err = f.sub(err, f.mul(n, parts[-1]))
     hi, lo = fast_two_sum(f, s, err)
     return f.sub(n, f.mul(4.0, f.floor(f.mul(n, 0.25)))), hi, lo
-
-
-class _IntLimbs:
-    """12-bit limbs in i32 (f32's reduction): products < 2^24, column sums < 2^27. Eight limbs of 2/pi leave the
-    fraction within 2^35 2^-94 = 2^-59 (the f32 closest to a multiple of pi/2, 16367173 2^72, is 2^-29.2 off)."""
-    BITS, SLOTS, STEP = 12, 8, 4
-
-    def __init__(self, f):
-        self.f = f
-
-    def const(self, v):
-        return self.f.i(v)
-
-    def mul(self, a, b):
-        return self.f.iop("mul", a, b)
-
-    def add(self, a, b):
-        return self.f.iop("add", a, b)
-
-    def carry(self, v, low, high):
-        """(v mod 2^12 if `low`, v >> 12 if `high`)."""
-        return (self.f.iop("bit_and", v, 0xFFF) if low else None), (self.f.iop("shr", v, 12) if high else None)
-
-    def fraction(self, t):
-        """(quadrant mod 4, lead, mid, low) from T's top limbs t[2:]: the top two bits the quadrant (plus one where
-        the fraction is past 1/2), the rest as three non-overlapping floats of two limbs each (exact casts),
-        the lead less 1 where rounded up."""
-        f, top = self.f, t[-1]
-        up = f.iop("bit_and", f.iop("shr", top, 9), 1)
-        q = f.to_float(f.iop("bit_and", f.iop("add", f.iop("shr", top, 10), up), 3))
-        pair = [f.to_float(f.iop("bit_or", f.iop("shl", hi, 12), lo)) for hi, lo in
-                ((f.iop("bit_and", top, 0x3FF), t[-2]), (t[-3], t[-4]), (t[-5], t[-6]))]
-        lead = f.mul(pair[0], 2.0 ** -22)
-        lead = f.where(f.iop("ne", up, 0), f.sub(lead, 1.0), lead)
-        return q, lead, f.mul(pair[1], 2.0 ** -46), f.mul(pair[2], 2.0 ** -70)
-
-    def mantissa(self, ax, E, s):
-        """The limbs of M 2^s (s in [0, 12)), |x| = M 2^E: M from the bits, shifted limb by limb."""
-        f = self.f
-        m = f.iop("bit_or", f.iop("bit_and", f.high_word(ax), 0x7FFFFF), 0x800000)
-        limbs = [f.iop("bit_and", m, 0xFFF), f.iop("shr", m, 12)]
-        back = f.iop("sub", 12, s)
-        out, prev = [], None
-        for limb in limbs + [None]:
-            part = None if limb is None else f.iop("bit_and", f.iop("shl", limb, s), 0xFFF)
-            spill = None if prev is None else f.iop("shr", prev, back)   # the bits shifted out of the limb below
-            out.append(part if spill is None else spill if part is None else f.iop("bit_or", part, spill))
-            prev = limb
-        return out
 
 
 class _FloatLimbs:
@@ -154,7 +97,9 @@ class _FloatLimbs:
         return out + [v]
 
     def fraction(self, t):
-        """As _IntLimbs.fraction, in f64: two limbs of 24 bits make an exact 48-bit float."""
+        """(quadrant mod 4, lead, mid, low) from T's top limbs t[2:]: the top two bits the quadrant (plus one
+        where the fraction is past 1/2), the rest as three non-overlapping doubles of two limbs each (exact: 48
+        bits), the lead less 1 where rounded up."""
         f, top = self.f, t[-1]
         q = f.floor(f.mul(top, 2.0 ** -22))
         frac_top = f.sub(top, f.mul(q, 2.0 ** 22))
@@ -214,12 +159,12 @@ def _window(f, limbs, k0, k_min, k_max):
 
 
 def payne_hanek(f, ax):
-    """(n mod 4 as a float, r_hi, r_lo) for finite ax >= HUGE: r to about 2^-57 (f32) or 2^-136 (f64) absolute."""
-    limbs = (_FloatLimbs if f.f64 else _IntLimbs)(f)
+    """(n mod 4 as a float, r_hi, r_lo) for finite ax >= HUGE: r to about 2^-136 absolute."""
+    limbs = _FloatLimbs(f)
     B, J = limbs.BITS, limbs.SLOTS
     biased = f.iop("shr", f.high_word(ax), f.high_shift)   # ax > 0: no sign bit
     E = f.iop("sub", biased, f.bias + f.frac_bits)         # ax = M 2^E, M an integer of frac_bits + 1 bits
-    e_min = int(math.floor(math.log2(HUGE[f.dt]))) - f.frac_bits
+    e_min = int(math.floor(math.log2(HUGE))) - f.frac_bits
     e_max = f.max_exp - f.frac_bits
     k0 = _floor_div(f, f.iop("sub", E, 2), B, e_min - 2, e_max - 2)   # the first limb not giving multiples of 4
     s = f.iop("sub", f.iop("sub", E, 2), f.iop("mul", k0, B))
@@ -240,8 +185,6 @@ def payne_hanek(f, ax):
     q, lead, mid, low = limbs.fraction(t)
     hi, lo = two_sum(f, lead, mid)
     hi, lo = fast_two_sum(f, hi, f.add(lo, low))
-    if not f.f64:   # f32: r = fl(hi pi/2) is within 0.5 ulp + 2^-47 relative, well inside the 4-ulp budget
-        return q, f.mul(hi, PIO2_HI_F32), f.add(f.mul(hi, PIO2_LO_F32), f.mul(lo, PIO2_HI_F32))
     p, pe = two_prod(f, hi, PIO2_HI)   # f64: times pi/2 as double-words
     pe = f.add(pe, f.add(f.mul(hi, PIO2_LO), f.mul(lo, PIO2_HI)))
     r_hi, r_lo = fast_two_sum(f, p, pe)
@@ -250,7 +193,7 @@ def payne_hanek(f, ax):
 
 def reduce(f, ax):
     """(n mod 4, r_hi, r_lo) for 0 <= ax (finite; other values give finite garbage the caller replaces)."""
-    huge = f.ge(ax, HUGE[f.dt])
+    huge = f.ge(ax, HUGE)
     q1, h1, l1 = cody_waite(f, f.where(huge, 0.0, ax))
-    q2, h2, l2 = payne_hanek(f, f.where(huge, f.where(f.lt(ax, math.inf), ax, HUGE[f.dt]), HUGE[f.dt]))
+    q2, h2, l2 = payne_hanek(f, f.where(huge, f.where(f.lt(ax, math.inf), ax, HUGE), HUGE))
     return f.where(huge, q2, q1), f.where(huge, h2, h1), f.where(huge, l2, l1)

@@ -5,9 +5,12 @@ import numpy as np
 
 from ... import types as T
 from .. import nodes as N
+from ..constant_tables import TWO_OVER_PI_TABLE
 from ..emit import Emitter
 from ..ops import Op
 from .expand import expand_block
+
+_TWO_OVER_PI = np.array(TWO_OVER_PI_TABLE, np.uint32)
 
 
 def expansion_stmts(build, dtype, arity):
@@ -102,4 +105,7 @@ _ROWS = {
     Op.F32_FROM_BITS: lambda s, i: np.asarray(i, np.int32).view(np.float32),
     Op.F64_FROM_BITS: lambda s, hi, lo: ((np.asarray(hi, np.int32).astype(np.int64) << 32)
                                          | np.asarray(lo, np.uint32).astype(np.int64)).view(np.float64),
+    Op.MUL_HI: lambda s, a, b: ((np.asarray(a, np.uint32).astype(np.uint64)
+                                 * np.asarray(b, np.uint32).astype(np.uint64)) >> np.uint64(32)).astype(np.uint32),
+    Op.TWO_OVER_PI_BITS: lambda s, k: _TWO_OVER_PI[np.asarray(k).astype(np.int64)],
 }

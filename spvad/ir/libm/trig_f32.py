@@ -1,0 +1,100 @@
+"""f32 sin, cos and tan's shared part (trig.py): the argument reduced by pi/2 in integer arithmetic, exactly, for
+every f32, and the two kernels in plain f32 arithmetic.
+
+|x| = m 2^(e - 150) with m the 24-bit significand and e the exponent field. |x| 2/pi mod 4 needs 2/pi's bits from
+2^-(e - 151) on: Op.TWO_OVER_PI_BITS(e >> 3) and the words 4 and 8 further (ir/constant_tables.py) hold them from
+up to 7 bits earlier, which m << (e & 7) absorbs. R = floor(m' W / 2^32) mod 2^64 (W: the 96-bit window) is then
+|x| 2/pi 2^62 mod 2^64 to within 2^-31: the quadrant is its top two bits rounded, the rest a signed fraction
+F 2^-62 of pi/2 (GLibc's sinf does this in 64-bit integers; here as u32 words with Op.MUL_HI). The f32 closest to
+a multiple of pi/2 (16367173 2^72) leaves |F| >= 2^32, so F's float conversion keeps its precision.
+
+One table read per word and no branches: llvmpipe runs both sides of every branch, and a select chain over the
+exponent cost as much and more (measured with hand-written GLSL twins of both). Errors at most 2.7 ulp (sin), 2.5
+(cos) and 2.8 (tan) on benchmarks/libm_ulps.py's samples, 4 the goal (tests/ir/test_libm_trig.py): r's rounding
+counts in full near the zeros of sin and cos, and near tan's poles, where tan uses a refined r (`precise_r`).
+"""
+import math
+from typing import NamedTuple
+
+from ... import types as T
+from ..ops import Op
+
+# sin(r) = r + r z P(z), cos(r) = 1 - z/2 + z^2 Q(z), z = r^2, |r| <= pi/4 (trig.py's fits)
+SIN_P = (-0.00019503841758705676, 0.008332077413797379, -0.16666653752326965)
+COS_Q = (2.4422226488240995e-05, -0.0013887223321944475, 0.04166664555668831)
+PIO2 = math.pi / 2
+PIO2_HI = float.fromhex("0x1.92p0")          # pi/2's top 8 bits: A1 PIO2_HI exact for A1 of 12 bits
+PIO2_LO = PIO2 - PIO2_HI
+
+
+class Reduced(NamedTuple):
+    sign: object    # x's sign bit, as a u32 (0 or 0x80000000)
+    n: object       # the quadrant, a u32 in 0..3
+    r: object       # |x| - n pi/2 (NaN for infinities and NaN), within about an ulp
+    sin: object     # sin(r), cos(r)
+    cos: object
+    fhi: object     # F's words (n = 0 below pi/4): what `precise_r` refines r from
+    flo: object
+    tiny: object    # |x| < pi/4: r = |x|
+
+
+def _u(f, name, *a):
+    return f.iop(name, *a, dtype=T.u32)
+
+
+def _window(f, ix):
+    """(n, F's signed high word, F's low word) of the reduction, for |x| from 2^-31 on."""
+    e = f.iop("shr", ix, 23)
+    k = f.iop("shr", e, 3)
+    m = f.e.compute(Op.CAST, f.iop("shl", f.iop("bit_or", f.iop("bit_and", ix, 0x7FFFFF), 0x800000),
+                                   f.iop("bit_and", e, 7)), dtype=T.u32)
+    w0, w1, w2 = (f.e.compute(Op.TWO_OVER_PI_BITS, f.iop("add", k, 4 * j) if j else k) for j in range(3))
+    lo1 = _u(f, "mul", m, w1)
+    lo = _u(f, "add", lo1, f.e.compute(Op.MUL_HI, m, w2))
+    carry = f.e.compute(Op.CAST, _u(f, "lt", lo, lo1), dtype=T.u32)
+    hi = _u(f, "add", _u(f, "add", _u(f, "mul", m, w0), f.e.compute(Op.MUL_HI, m, w1)), carry)
+    n = _u(f, "shr", _u(f, "add", hi, 1 << 29), 30)
+    fhi = f.e.compute(Op.CAST, _u(f, "sub", hi, _u(f, "shl", n, 30)), dtype=T.i32)
+    return n, fhi, lo
+
+
+def reduce(f, x):
+    """The Reduced parts of an f32 x, computed once per operand where the pass shares work (trig.py)."""
+    bits = f.high_word(x)
+    ix = f.iop("bit_and", bits, 0x7FFFFFFF)
+    ax = f.from_high_word(ix)
+    n, fhi, flo = _window(f, ix)
+    v = f.add(f.mul(f.to_float(fhi), 2.0 ** 32), f.e.compute(Op.CAST, flo, dtype=T.f32))
+    tiny = f.lt(ax, math.pi / 4)
+    r = f.add(f.where(tiny, ax, f.mul(v, PIO2 * 2.0 ** -62)), f.sub(ax, ax))   # + (x - x): NaN for inf, NaN
+    n = f.e.compute(Op.SELECT, tiny, f.i(0, T.u32), n)
+    z = f.mul(r, r)
+    s = f.add(r, f.mul(f.mul(r, z), f.poly(SIN_P, z)))
+    hz = f.mul(0.5, z)
+    w = f.sub(1.0, hz)
+    c = f.add(w, f.add(f.sub(f.sub(1.0, w), hz), f.mul(f.mul(z, z), f.poly(COS_Q, z))))
+    sign = f.e.compute(Op.CAST, f.iop("bit_and", bits, -0x80000000), dtype=T.u32)
+    return Reduced(sign, n, r, s, c, fhi, flo, tiny)
+
+
+def precise_r(f, p, x):
+    """(r_hi, r_lo), r's rounding error recovered (tan, near its poles, divides by r): F = a 2^32 + lo with a =
+    fl(F's high word) and lo its rest, exact to 2^-25 of F; r = F 2^-62 pi/2 with a's product split (Dekker's
+    halves: A1 PIO2_HI exact) and the rest a small correction."""
+    a = f.to_float(p.fhi)
+    rest = f.to_float(f.iop("sub", p.fhi, f.to_int(a)))
+    lo = f.add(f.mul(rest, 2.0 ** 32), f.e.compute(Op.CAST, p.flo, dtype=T.f32))
+    big = f.mul(a, 2.0 ** -30)
+    a1 = f.chop(big)
+    p0 = f.mul(a1, PIO2_HI)
+    corr = f.add(f.mul(f.sub(big, a1), PIO2_HI), f.add(f.mul(big, PIO2_LO), f.mul(lo, PIO2 * 2.0 ** -62)))
+    hi = f.add(p0, corr)
+    r_lo = f.sub(corr, f.sub(hi, p0))
+    ax = f.abs(x)
+    return f.add(f.where(p.tiny, ax, hi), f.sub(ax, ax)), f.where(p.tiny, 0.0, r_lo)   # (as `reduce` does)
+
+
+def with_sign(f, v, flip):
+    """v with its sign bit xor'ed with the u32 `flip` (0 or 0x80000000)."""
+    bits = f.e.compute(Op.CAST, f.high_word(v), dtype=T.u32)
+    return f.from_high_word(f.e.compute(Op.CAST, _u(f, "bit_xor", bits, flip), dtype=T.i32))
