@@ -89,7 +89,6 @@ class Op(enum.Enum):
     F32_FROM_BITS = "f32_from_bits"     # i32 -> f32 with that bit pattern
     F64_FROM_BITS = "f64_from_bits"     # (i32 high word, u32 low word) -> f64 with those words
     MUL_HI = "mul_hi"                   # (u32, u32) -> u32, the high word of their 64-bit product
-    TWO_OVER_PI_BITS = "two_over_pi_bits"   # i32 k in [0, 40) -> u32, 32 bits of 2/pi (ir/constant_tables.py)
 
 
 UNARY_SAME = {Op.NEG, Op.ABS, Op.SIGN, Op.STOP_GRADIENT}
@@ -102,11 +101,10 @@ BINARY_BITWISE = {Op.BIT_AND, Op.BIT_OR, Op.BIT_XOR, Op.SHL, Op.SHR}
 COMPARISONS = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE}
 LOGICAL = {Op.AND, Op.OR}
 ATOMICS = {Op.ATOMIC_ADD, Op.ATOMIC_MAX, Op.ATOMIC_MIN}
-FLOAT_BIT_OPS = {Op.FLOAT_BITS, Op.FLOAT_LOW_BITS, Op.F32_FROM_BITS, Op.F64_FROM_BITS, Op.MUL_HI,
-                 Op.TWO_OVER_PI_BITS}
+FLOAT_BIT_OPS = {Op.FLOAT_BITS, Op.FLOAT_LOW_BITS, Op.F32_FROM_BITS, Op.F64_FROM_BITS, Op.MUL_HI}
 
 ARITY = {**{op: 1 for op in UNARY_SAME | UNARY_FLOAT | {Op.NOT, Op.BIT_NOT, Op.CAST}
-            | {Op.FLOAT_BITS, Op.FLOAT_LOW_BITS, Op.F32_FROM_BITS, Op.TWO_OVER_PI_BITS}},
+            | {Op.FLOAT_BITS, Op.FLOAT_LOW_BITS, Op.F32_FROM_BITS}},
          **{op: 2 for op in BINARY_ARITH | BINARY_FLOAT | BINARY_BITWISE | COMPARISONS | LOGICAL | ATOMICS
             | {Op.POWI, Op.F64_FROM_BITS, Op.MUL_HI}},
          Op.SELECT: 3}
@@ -161,7 +159,7 @@ def result_dtype(op, operand_dtypes, cast_to=None):
 # operand dtypes -> result dtype of the float-bit ops
 _FLOAT_BITS_TYPES = {Op.FLOAT_BITS: {(T.f32,): T.i32, (T.f64,): T.i32}, Op.FLOAT_LOW_BITS: {(T.f64,): T.u32},
                      Op.F32_FROM_BITS: {(T.i32,): T.f32}, Op.F64_FROM_BITS: {(T.i32, T.u32): T.f64},
-                     Op.MUL_HI: {(T.u32, T.u32): T.u32}, Op.TWO_OVER_PI_BITS: {(T.i32,): T.u32}}
+                     Op.MUL_HI: {(T.u32, T.u32): T.u32}}
 
 
 def _float_bits_dtype(op, d):

@@ -7,7 +7,6 @@ import math
 import numpy as np
 
 from ..types import INT_RANGE
-from .constant_tables import TWO_OVER_PI_TABLE
 from .ops import Op
 
 def _wrap(v, dt):
@@ -200,7 +199,6 @@ EVAL = {
     Op.F32_FROM_BITS: lambda dt, i: np.int32(i).view(np.float32),
     Op.F64_FROM_BITS: _f64_from_bits,
     Op.MUL_HI: lambda dt, a, b: np.uint32((int(a) * int(b)) >> 32),
-    Op.TWO_OVER_PI_BITS: lambda dt, k: np.uint32(TWO_OVER_PI_TABLE[int(k)]),
 }
 
 

@@ -13,9 +13,8 @@ from typing import NamedTuple
 
 from .. import types as T
 from ..ir import nodes as N
-from ..ir.constant_tables import TWO_OVER_PI_TABLE
 from ..ir.ops import Op as IROp
-from .spec import GLSL, Capability, Op, StorageClass
+from .spec import GLSL, Capability, Op
 
 
 def _op(opcode):
@@ -346,13 +345,6 @@ def _mul_hi(L, s, a):
     return L.emit(Op.OpCompositeExtract, T.u32, both, 1)
 
 
-def _two_over_pi_bits(L, s, a):
-    u32 = L.ty(T.u32)
-    table = L.m.constant_table(u32, TWO_OVER_PI_TABLE)
-    word = L.f.emit(Op.OpAccessChain, L.m.type_pointer(StorageClass.Private, u32), table, a[0])
-    return L.emit(Op.OpLoad, T.u32, word)
-
-
 def _f64_from_bits(L, s, a):
     hi, lo = a
     words = L.f.emit(Op.OpCompositeConstruct, _word_pair(L), lo, L.emit(Op.OpBitcast, T.u32, hi))
@@ -424,7 +416,6 @@ LOWER = {
     IROp.F32_FROM_BITS: _op(Op.OpBitcast),
     IROp.F64_FROM_BITS: _f64_from_bits,
     IROp.MUL_HI: _mul_hi,
-    IROp.TWO_OVER_PI_BITS: _two_over_pi_bits,
 }
 
 

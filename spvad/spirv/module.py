@@ -266,16 +266,6 @@ class Module:
         self._globals += instruction(Op.OpVariable, ptr_type, vid, storage_class, *extra)
         return vid
 
-    def constant_table(self, elem, values):
-        """A module-scope Private array of the constants `values` of type `elem`, one per distinct table: read
-        through OpAccessChain (the math library's tables; Private, not Function, so it is set up once)."""
-        key = ("table", elem, tuple(values))
-        if key not in self._cache:
-            arr = self.type_array(elem, len(values))
-            init = self.const_composite(arr, [self.const(elem, v) for v in values])
-            self._cache[key] = self.variable(self.type_pointer(StorageClass.Private, arr), StorageClass.Private, init)
-        return self._cache[key]
-
     def function(self, return_type, function_type, control=FunctionControl.NONE):
         f = FunctionBuilder(self, return_type, function_type, control)
         self._functions.append(f)

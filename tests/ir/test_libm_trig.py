@@ -138,18 +138,17 @@ def test_one_float_dtype(name, dtype):
 
 
 def test_two_over_pi_words_against_mpmath():
-    """Op.TWO_OVER_PI_BITS's table (f32's reduction reads it) holds 2/pi's bits as mpmath computes them: word k
-    is the 32 bits from 2^-(8k - 151) on, zero before the binary point."""
+    """The eight words of 2/pi f32's reduction selects from hold its bits as mpmath computes them: word j the 32
+    bits from 2^-(32 (j - 1)) on, zero before the binary point."""
     import mpmath
-    from spvad.ir.constant_tables import TWO_OVER_PI_TABLE
+    from spvad.ir.libm.trig_f32 import WORDS
     with mpmath.workprec(400):
         frac = int(mpmath.floor(2 / mpmath.pi * mpmath.mpf(2) ** 300))   # 2/pi's first 300 fraction bits
-    for k, word in enumerate(TWO_OVER_PI_TABLE):
-        first = 8 * k - 151
+    for j, word in enumerate(WORDS):
+        first = 32 * (j - 1)
         want = sum(((frac >> (300 - b)) & 1) << (first + 31 - b) for b in range(max(first, 1), first + 32))
-        assert word == want, (k, hex(word), hex(want))
-    for k, want in ((0, 0), (19, 0xA2F9836E)):
-        assert eval_op(Op.TWO_OVER_PI_BITS, T.u32, [np.int32(k)]) == want
+        assert word == want, (j, hex(word), hex(want))
+    assert WORDS[:2] == (0, 0x517CC1B7)
 
 
 def test_mul_hi_against_python_integers():

@@ -134,7 +134,6 @@ def test_reverse_mode_stacks_have_no_adjoint_array():
     assert ct.stack_shapes == [(1, 0, 1)] * 2
     for homes in (("function",) * 2, ("buffer",) * 2):
         text = tools.disassemble(ct.variant(homes).spirv)
-        # (a Function array is a stack's: f32 sin's 2/pi table is a Private one)
         assert "adjoint" not in text and ("_ptr_Function__arr" in text) == (homes[0] == "function")
 
 

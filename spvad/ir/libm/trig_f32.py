@@ -2,14 +2,15 @@
 every f32, and the two kernels in plain f32 arithmetic.
 
 |x| = m 2^(e - 150) with m the 24-bit significand and e the exponent field. |x| 2/pi mod 4 needs 2/pi's bits from
-2^-(e - 151) on: Op.TWO_OVER_PI_BITS(e >> 3) and the words 4 and 8 further (ir/constant_tables.py) hold them from
-up to 7 bits earlier, which m << (e & 7) absorbs. R = floor(m' W / 2^32) mod 2^64 (W: the 96-bit window) is then
-|x| 2/pi 2^62 mod 2^64 to within 2^-31: the quadrant is its top two bits rounded, the rest a signed fraction
-F 2^-62 of pi/2 (GLibc's sinf does this in 64-bit integers; here as u32 words with Op.MUL_HI). The f32 closest to
-a multiple of pi/2 (16367173 2^72) leaves |F| >= 2^32, so F's float conversion keeps its precision.
+2^-K on, K = e - 151: a 96-bit window W of them, three words funnel-shifted out of four of eight constant words.
+R = floor(m W / 2^32) mod 2^64 is then |x| 2/pi 2^62 mod 2^64 to within 2^-31: the quadrant is its top two bits
+rounded, the rest a signed fraction F 2^-62 of pi/2 (GLibc's sinf does this in 64-bit integers, its window read
+from a table; here u32 words with Op.MUL_HI). The f32 closest to a multiple of pi/2 (16367173 2^72) leaves
+|F| >= 2^32, so F's float conversion keeps its precision.
 
-One table read per word and no branches: llvmpipe runs both sides of every branch, and a select chain over the
-exponent cost as much and more (measured with hand-written GLSL twins of both). Errors at most 2.7 ulp (sin), 2.5
+No branches and no table: llvmpipe runs both sides of every branch, and reads a per-thread table lane by lane (a
+GLSL twin reading a Private table of 2/pi words ran 8% slower on lavapipe; GPUs place dynamically indexed
+per-thread arrays in local memory). The five-way selects of constants stay in registers. Errors at most 2.7 ulp (sin), 2.5
 (cos) and 2.8 (tan) on benchmarks/libm_ulps.py's samples, 4 the goal (tests/ir/test_libm_trig.py): r's rounding
 counts in full near the zeros of sin and cos, and near tan's poles, where tan uses a refined r (`precise_r`).
 """
@@ -18,6 +19,7 @@ from typing import NamedTuple
 
 from ... import types as T
 from ..ops import Op
+from .trig_reduce import TWO_OVER_PI
 
 # sin(r) = r + r z P(z), cos(r) = 1 - z/2 + z^2 Q(z), z = r^2, |r| <= pi/4 (trig.py's fits)
 SIN_P = (-0.00019503841758705676, 0.008332077413797379, -0.16666653752326965)
@@ -42,13 +44,35 @@ def _u(f, name, *a):
     return f.iop(name, *a, dtype=T.u32)
 
 
+def _words():
+    """2/pi's fraction bits as 32-bit words: A[j] holds bits 32 (j - 1) to 32 j - 1 (bit b weighs 2^-b; bit 0 and
+    before, the integer part, are 0)."""
+    bits, total = int(TWO_OVER_PI, 16), len(TWO_OVER_PI) * 4
+    bit = lambda b: (bits >> (total - b)) & 1 if b >= 1 else 0   # noqa: E731
+    return tuple(sum(bit(32 * (j - 1) + i) << (31 - i) for i in range(32)) for j in range(8))
+
+
+WORDS = _words()
+
+
 def _window(f, ix):
-    """(n, F's signed high word, F's low word) of the reduction, for |x| from 2^-31 on."""
-    e = f.iop("shr", ix, 23)
-    k = f.iop("shr", e, 3)
-    m = f.e.compute(Op.CAST, f.iop("shl", f.iop("bit_or", f.iop("bit_and", ix, 0x7FFFFF), 0x800000),
-                                   f.iop("bit_and", e, 7)), dtype=T.u32)
-    w0, w1, w2 = (f.e.compute(Op.TWO_OVER_PI_BITS, f.iop("add", k, 4 * j) if j else k) for j in range(3))
+    """(n, F's signed high word, F's low word) of the reduction, for |x| from 1/2 on (below, the caller's r is |x|):
+    the window W = A[q..q+3] << s, q and s from K + 32 = e - 119, the word selected from five constants each."""
+    e = f.iop("max", f.iop("shr", ix, 23), 126)
+    kk = f.iop("sub", e, 119)
+    q = f.iop("shr", kk, 5)
+    s = f.e.compute(Op.CAST, f.iop("bit_and", kk, 31), dtype=T.u32)
+    rs = _u(f, "sub", 31, s)
+    at_least = [f.iop("ge", q, c) for c in range(1, 5)]
+    a = []
+    for t in range(4):
+        word = f.i(WORDS[t], T.u32)
+        for c, cond in enumerate(at_least, 1):
+            word = f.iwhere(cond, WORDS[t + c], word, dtype=T.u32)
+        a.append(word)
+    w0, w1, w2 = (_u(f, "bit_or", _u(f, "shl", a[t], s), _u(f, "shr", _u(f, "shr", a[t + 1], 1), rs))
+                  for t in range(3))
+    m = f.e.compute(Op.CAST, f.iop("bit_or", f.iop("bit_and", ix, 0x7FFFFF), 0x800000), dtype=T.u32)
     lo1 = _u(f, "mul", m, w1)
     lo = _u(f, "add", lo1, f.e.compute(Op.MUL_HI, m, w2))
     carry = f.e.compute(Op.CAST, _u(f, "lt", lo, lo1), dtype=T.u32)

@@ -10,9 +10,14 @@ the quadrant taken from the top bits and the rest turned into a double-word.
 """
 import math
 
-from ..constant_tables import TWO_OVER_PI
 from ..ops import Op
 
+# The fraction bits of 2/pi (1400 bits, hex): 2/pi = 0.a2f9836e... in base 16
+TWO_OVER_PI = (
+    "a2f9836e4e441529fc2757d1f534ddc0db6295993c439041fe5163abdebbc561b7246e3a424dd2e006492eea09d1921cfe1deb1cb1"
+    "29a73ee88235f52ebb4484e99c7026b45f7e413991d639835339f49c845f8bbdf9283b1ff897ffde05980fef2f118b5a0a6d1f6d36"
+    "7ecf27cb09b74f463f669e5fea2d7527bac7ebe5f17b3d0739f78a5292ea6bfb5fb11f8d5d0856033046fc7b6babf0cfbc209af436"
+    "1da9e391615ee61b086599855f14a068")
 PIO2_HI = 1.5707963267948966            # pi/2 = PIO2_HI + PIO2_LO (f64)
 PIO2_LO = 6.123233995736766e-17
 PIO2_HI_F32 = 1.5707963705062866        # pi/2 = PIO2_HI_F32 + PIO2_LO_F32 (f32 values: trig_inverse.py)

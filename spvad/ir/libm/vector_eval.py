@@ -5,12 +5,9 @@ import numpy as np
 
 from ... import types as T
 from .. import nodes as N
-from ..constant_tables import TWO_OVER_PI_TABLE
 from ..emit import Emitter
 from ..ops import Op
 from .expand import expand_block
-
-_TWO_OVER_PI = np.array(TWO_OVER_PI_TABLE, np.uint32)
 
 
 def expansion_stmts(build, dtype, arity):
@@ -107,5 +104,4 @@ _ROWS = {
                                          | np.asarray(lo, np.uint32).astype(np.int64)).view(np.float64),
     Op.MUL_HI: lambda s, a, b: ((np.asarray(a, np.uint32).astype(np.uint64)
                                  * np.asarray(b, np.uint32).astype(np.uint64)) >> np.uint64(32)).astype(np.uint32),
-    Op.TWO_OVER_PI_BITS: lambda s, k: _TWO_OVER_PI[np.asarray(k).astype(np.int64)],
 }
