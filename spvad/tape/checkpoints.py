@@ -11,13 +11,10 @@ into shared buffers (kept_slices.py), are made on the device, in launch order, a
 binds a full-size scratch buffer filled at those rows, which are all it reads (a large whole copy is bound
 as it is).
 """
-import math
-
 import numpy as np
 
 from ..errors import AutodiffRuleError, SpvadError
-from ..ir import rows as row_exprs
-from .kept_slices import Arena, row_regions, rows_nbytes
+from .kept_slices import Arena, best_axis, itemsize, row_of_element, row_regions, rows_along, rows_nbytes
 
 
 class OverBudget(AutodiffRuleError):
@@ -118,7 +115,7 @@ class _Kept:
         if self.own and rows is None:
             device.copy_buffer(self.buffer, target, array.buffer.nbytes)
             return
-        shape, item = array.storage_shape, _itemsize(array)
+        shape, item = array.storage_shape, itemsize(array)
         if rows is None and self.rows is None or self.axis is None:   # all of the array, in its own layout
             regions = np.array([[0, self.at, array.buffer.nbytes]], np.uint64)
         else:
@@ -156,12 +153,12 @@ class Checkpoints:
         buffer_of."""
         watch = self._watch(array, version)
         if watch is None or watch.axis is None and not watch.needs:
-            axis, rows = _best_axis(array, slices, scalars)
+            axis, rows = best_axis(array, slices, scalars)
             if watch is None:
                 watch = self.pending[id(array)] = _Watch(axis, version)
             watch.axis = axis
         else:
-            rows = _rows_along(watch.axis, array, slices, scalars)
+            rows = rows_along(watch.axis, array, slices, scalars)
         watch.add(version, rows)
         return rows
 
@@ -180,8 +177,8 @@ class Checkpoints:
         watch = self._watch(array, now)
         if watch is None:
             return
-        rows = _rows_along(watch.axis, array, slices, scalars) if element is None else \
-            _row_of_element(watch.axis, array, element)
+        rows = rows_along(watch.axis, array, slices, scalars) if element is None else \
+            row_of_element(watch.axis, array, element)
         met = watch.take_meeting(rows)
         watch.expected = now + bumps
         if not watch.needs:
@@ -196,7 +193,7 @@ class Checkpoints:
                 self.kept.setdefault((id(array), version), []).append((kept, rows))
 
     def _copy(self, array, name, writer, axis, rows):
-        shape, item = array.storage_shape, _itemsize(array)
+        shape, item = array.storage_shape, itemsize(array)
         whole = rows is None or len(rows) == shape[axis]
         size = array.buffer.nbytes if whole else rows_nbytes(shape, item, axis, len(rows))
         if self.budget is not None and self.reserved + self.nbytes + size > self.budget:
@@ -250,7 +247,7 @@ class Checkpoints:
                     kept.fill(array, scratch[0], wanted)
             from_array = left if rows is None else left & rows
             if from_array:
-                regions = row_regions(array.storage_shape, _itemsize(array), watch.axis, from_array, 0,
+                regions = row_regions(array.storage_shape, itemsize(array), watch.axis, from_array, 0,
                                       range(array.storage_shape[watch.axis]))
                 rt.device.copy_regions(array.buffer, scratch[0], regions)
             scratch[1] = (version, rows)
@@ -260,36 +257,6 @@ class Checkpoints:
         """Hand the copies and scratch buffers to `spare` (a runtime's SparePool), for the next Tape."""
         spare.give(self.arena.release() + [buffer for buffer, _ in self.scratch.values()])
         self.kept, self.pending, self.scratch, self.broken = {}, {}, {}, set()
-
-
-def _itemsize(array):
-    return array.buffer.nbytes // max(array.size, 1)
-
-
-def _rows_along(axis, array, slices, scalars):
-    """The rows along `axis` of `array` that `slices` names for `scalars` (None: all, or unknown)."""
-    if axis is None or slices is None:
-        return None
-    exprs = slices.get(axis)
-    return None if exprs is None else row_exprs.evaluate(exprs, scalars, array.storage_shape[axis])
-
-
-def _row_of_element(axis, array, element):
-    """{the row along `axis` of element number `element` of `array`}; None (all rows) for a component axis."""
-    if axis is None or axis >= len(array.shape):
-        return None
-    return frozenset({element // math.prod(array.shape[axis + 1:]) % array.shape[axis]})
-
-
-def _best_axis(array, slices, scalars):
-    """(axis, its rows): the axis along which `slices` names the smallest share of `array` ((None, None): no
-    axis names any)."""
-    best, share = (None, None), 2.0   # (all rows of an axis still beat None: later accesses may name fewer)
-    for axis in slices or ():
-        rows = _rows_along(axis, array, slices, scalars)
-        if rows is not None and len(rows) / array.storage_shape[axis] < share:
-            best, share = (axis, rows), len(rows) / array.storage_shape[axis]
-    return best
 
 
 class StateView:

@@ -21,8 +21,7 @@ import math
 
 import numpy as np
 
-from .checkpoints import _best_axis, _itemsize, _rows_along, _row_of_element
-from .kept_slices import row_regions, rows_nbytes
+from .kept_slices import best_axis, itemsize, row_of_element, row_regions, rows_along, rows_nbytes
 
 
 NEVER = 1 << 62   # the first write position of a row never written
@@ -34,9 +33,9 @@ class FirstRows:
 
     def __init__(self, array, slices, scalars):
         self.array = array
-        axis, _ = _best_axis(array, slices, scalars)
+        axis, _ = best_axis(array, slices, scalars)
         shape = array.storage_shape
-        if axis is not None and math.prod(shape[axis + 1:]) * _itemsize(array) % 4:
+        if axis is not None and math.prod(shape[axis + 1:]) * itemsize(array) % 4:
             axis = None   # (a row's blocks are not whole words: device copies move multiples of 4 bytes)
         self.axis = axis
         self.count = 1 if axis is None else shape[axis]
@@ -48,11 +47,11 @@ class FirstRows:
 
     def rows(self, slices, scalars):
         """The rows that an access naming `slices` for `scalars` touches (None: every row, or unknown)."""
-        return None if self.axis is None else _rows_along(self.axis, self.array, slices, scalars)
+        return None if self.axis is None else rows_along(self.axis, self.array, slices, scalars)
 
     def element_rows(self, index):
         """The rows a host write touches (`index`: a flat element index, None: all)."""
-        return None if index is None or self.axis is None else _row_of_element(self.axis, self.array, index)
+        return None if index is None or self.axis is None else row_of_element(self.axis, self.array, index)
 
     def note_read(self, rows):
         if self.read is not None:
@@ -90,20 +89,20 @@ class FirstRows:
 
     def row_nbytes(self):
         a = self.array
-        return a.buffer.nbytes if self.axis is None else rows_nbytes(a.storage_shape, _itemsize(a), self.axis, 1)
+        return a.buffer.nbytes if self.axis is None else rows_nbytes(a.storage_shape, itemsize(a), self.axis, 1)
 
     def regions(self, rows):
         """Regions (offset in the array, offset in a packed copy, bytes) of `rows` (sorted), and the bytes."""
         a = self.array
         if self.axis is None:
             return np.array([[0, 0, a.buffer.nbytes]], np.uint64), a.buffer.nbytes
-        shape, item = a.storage_shape, _itemsize(a)
+        shape, item = a.storage_shape, itemsize(a)
         return row_regions(shape, item, self.axis, rows, 0, rows), rows_nbytes(shape, item, self.axis, len(rows))
 
     def copy(self, rows, place):
         """Copy `rows` (sorted) of the array now into room `place(nbytes)` gives ((buffer, byte offset));
         returns the bytes copied."""
-        a, shape, item = self.array, self.array.storage_shape, _itemsize(self.array)
+        a, shape, item = self.array, self.array.storage_shape, itemsize(self.array)
         if self.axis is None:
             nbytes = a.buffer.nbytes
             buffer, at = place(nbytes)

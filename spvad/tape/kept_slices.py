@@ -1,10 +1,13 @@
 """Where a Tape's kept rows go: the byte regions of rows of an array along one axis, in the array's buffer and
 packed in a compact copy (for Device.copy_regions), and the arena of device buffers the compact copies share.
 Row r of axis k of a C-ordered array of shape S is prod(S[:k]) blocks of prod(S[k+1:]) scalars, one per
-index of the axes before k; consecutive rows merge into one region per block."""
+index of the axes before k; consecutive rows merge into one region per block. Also which rows of an array a
+launch's slices name (ir/rows.py expressions), for checkpoints.py and first_rows.py."""
 import math
 
 import numpy as np
+
+from ..ir import rows as row_exprs
 
 
 def rows_nbytes(shape, itemsize, axis, count):
@@ -58,3 +61,34 @@ class Arena:
         """The buffers to give back; the arena is empty afterwards."""
         out, self.buffers, self.chunk, self.used = self.buffers, [], None, 0
         return out
+
+
+def itemsize(array):
+    """Bytes of one scalar of `array` as its buffer stores it."""
+    return array.buffer.nbytes // max(array.size, 1)
+
+
+def rows_along(axis, array, slices, scalars):
+    """The rows along `axis` of `array` that `slices` names for `scalars` (None: all, or unknown)."""
+    if axis is None or slices is None:
+        return None
+    exprs = slices.get(axis)
+    return None if exprs is None else row_exprs.evaluate(exprs, scalars, array.storage_shape[axis])
+
+
+def row_of_element(axis, array, element):
+    """{the row along `axis` of element number `element` of `array`}; None (all rows) for a component axis."""
+    if axis is None or axis >= len(array.shape):
+        return None
+    return frozenset({element // math.prod(array.shape[axis + 1:]) % array.shape[axis]})
+
+
+def best_axis(array, slices, scalars):
+    """(axis, its rows): the axis along which `slices` names the smallest share of `array` ((None, None): no
+    axis names any)."""
+    best, share = (None, None), 2.0   # (all rows of an axis still beat None: later accesses may name fewer)
+    for axis in slices or ():
+        rows = rows_along(axis, array, slices, scalars)
+        if rows is not None and len(rows) / array.storage_shape[axis] < share:
+            best, share = (axis, rows), len(rows) / array.storage_shape[axis]
+    return best
