@@ -2,6 +2,7 @@
 import struct
 
 from .. import runtime
+from ..spirv.lower_addressed import several_blocks
 from ..spirv.lower_memory import PUSH_FORMAT
 from .scalar_table import scalar_table
 from .shape_table import shape_table
@@ -83,7 +84,15 @@ def _buffer(arr, field):
 
 
 def addressed_bindings(low, arrays):
-    """The bindings of `low` that hold addressed buffers (arrays past the device's largest binding): the
-    lowering reaches them through their address tables (spirv/lower_addressed.py)."""
-    return frozenset(key for key in low.bindings if _buffer(arrays[key[0]], key[1]).addressed)
+    """The bindings of `low` that hold addressed buffers (arrays past the device's largest binding), and a
+    `several_blocks` mark for each whose memory is in several blocks: the lowering reaches them through their
+    address tables (spirv/lower_addressed.py), one block's without reading the table per access."""
+    out = set()
+    for key in low.bindings:
+        buffer = _buffer(arrays[key[0]], key[1])
+        if buffer.addressed:
+            out.add(key)
+            if buffer.blocks > 1:
+                out.add(several_blocks(key))
+    return frozenset(out)
 

@@ -34,6 +34,7 @@ class Buffer(ABC):
 
     nbytes: int
     addressed = False
+    blocks = 1   # memory blocks (an addressed buffer's may be several)
 
     @abstractmethod
     def view(self, dtype):

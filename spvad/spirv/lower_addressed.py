@@ -6,12 +6,21 @@ pointer; the device picks the block size, so the module is the same on every dev
 
 Such pointers have no robust buffer access, so the index is first clamped to the last element: a stray
 index reads or writes inside the array, never other memory (debug=True reports it, lower_bounds.py).
+Most such arrays are one block: a launch says which bindings hold several (`several_blocks` marks in the
+addressed set: a module variant of their own), and the others' block address is read once, at the top of main,
+not per access. lavapipe reads a table entry lane by lane: per access, that made the batch workload's kernels on
+270 MB arrays ~30% slower than on plain bindings (benchmarks/workloads/batch.py).
 Small arrays never come here: their modules are what they were without this file.
 """
 from .. import types as T
 from .spec import GLSL, AddressingModel, Capability, Decoration, MemoryAccess, MemoryModel, Op, StorageClass
 
 EXTENSION = "SPV_KHR_physical_storage_buffer"
+
+
+def several_blocks(key):
+    """The mark, in a lowering's set of addressed bindings, of binding `key` holding memory in several blocks."""
+    return ("several blocks",) + tuple(key)
 
 
 class AddressTables:
@@ -22,6 +31,7 @@ class AddressTables:
         self.L, self.mem = L, mem
         self.tables = {}   # binding key -> (table variable, element type id, PSB pointer-to-block type id)
         self.limits = {}   # binding key -> u32 ids (last element index, log2 elements per block, mask)
+        self.first = {}    # binding key of one block -> its block's pointer
 
     def declare(self, key, elem, binding, name):
         """The table variable of binding `key` (elements of storage type `elem`)."""
@@ -56,10 +66,11 @@ class AddressTables:
 
     def load_limits(self):
         """At the top of main, per table: its last element (last word >> log2(words per element)), log2 of
-        the elements per block (log2_chunk - log2(element bytes)) and the mask of an index within a block."""
+        the elements per block (log2_chunk - log2(element bytes)), the mask of an index within a block, and the
+        address of an array of one block."""
         L, f = self.L, self.L.f
         u32 = L.m.type_int(32, False)
-        for key, (var, elem, _) in self.tables.items():
+        for key, (var, elem, block_ptr) in self.tables.items():
             ptr_t = L.m.type_pointer(StorageClass.StorageBuffer, u32)
             last, log2_chunk = (f.emit(Op.OpLoad, u32, f.emit(Op.OpAccessChain, ptr_t, var, L.i32c(k)))
                                 for k in (0, 1))
@@ -68,6 +79,8 @@ class AddressTables:
             shift = f.emit(Op.OpISub, u32, log2_chunk, L.u32c(log2_item))
             mask = f.emit(Op.OpISub, u32, f.emit(Op.OpShiftLeftLogical, u32, L.u32c(1), shift), L.u32c(1))
             self.limits[key] = (last, shift, mask)
+            if several_blocks(key) not in self.mem.lay.addressed:
+                self.first[key] = f.emit(Op.OpLoad, block_ptr, self._slot(var, block_ptr, L.u32c(0)))
 
     def element_ptr(self, key, idx):
         """PhysicalStorageBuffer pointer to element `idx` (an i32 id) of the array bound at `key`."""
@@ -76,12 +89,20 @@ class AddressTables:
         last, shift, mask = self.limits[key]
         u32 = m.type_int(32, False)
         i = L.glsl(GLSL.UMin, T.u32, L.emit(Op.OpBitcast, T.u32, idx), last)
-        block = f.emit(Op.OpShiftRightLogical, u32, i, shift)
-        slot = f.emit(Op.OpAccessChain, m.type_pointer(StorageClass.StorageBuffer, block_ptr), var, L.i32c(2), block)
-        base = f.emit(Op.OpLoad, block_ptr, slot)
-        within = f.emit(Op.OpBitwiseAnd, u32, i, mask)
+        if key in self.first:   # one block: i is within it
+            base, within = self.first[key], i
+        else:
+            block = f.emit(Op.OpShiftRightLogical, u32, i, shift)
+            base = f.emit(Op.OpLoad, block_ptr, self._slot(var, block_ptr, block))
+            within = f.emit(Op.OpBitwiseAnd, u32, i, mask)
         return f.emit(Op.OpAccessChain, m.type_pointer(StorageClass.PhysicalStorageBuffer, elem), base, L.i32c(0),
                       within)
+
+    def _slot(self, var, block_ptr, block):
+        """The table's entry of `block` (a u32 id): a pointer to its block's address."""
+        L = self.L
+        return L.f.emit(Op.OpAccessChain, L.m.type_pointer(StorageClass.StorageBuffer, block_ptr), var, L.i32c(2),
+                        block)
 
     def access(self, key):
         """Memory operands of a plain load or store through such a pointer (SPIR-V requires the alignment)."""

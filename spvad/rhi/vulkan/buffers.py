@@ -64,6 +64,10 @@ class AddressedBuffer(VulkanBuffer):
         super().__init__(device, uid, nbytes, size, handle, memory, mapped)
         self._blocks, self.chunk = blocks, chunk   # [(VkBuffer, VkDeviceMemory, mapping, bytes)]
 
+    @property
+    def blocks(self):
+        return len(self._blocks)
+
     def view(self, dtype):
         if len(self._blocks) > 1:
             raise DeviceError(f"a buffer of {self.nbytes:,} bytes in {len(self._blocks)} memory blocks has no "
