@@ -210,12 +210,12 @@ class Ndarray:
             out = out != 0
         return out.reshape(self.storage_shape)
 
-    def _host_write(self, what, index=None):
-        """Called before a host write: the recording Tape may keep the old contents first; inside sp.FwdMode
-        the written values become constants, so their dual is zeroed."""
+    def _host_write(self, what, index=None, zero=False):
+        """Called before a host write (`zero`: of zero bits only): the recording Tape may keep the old contents
+        first; inside sp.FwdMode the written values become constants, so their dual is zeroed."""
         tape = recording.current()
         if tape is not None:
-            tape.host_write(self, what, index)
+            tape.host_write(self, what, index, zero)
         fwd = recording.modes.fwd
         if fwd and self.dual is not None:
             fwd[-1].host_write(self, index)
@@ -226,7 +226,7 @@ class Ndarray:
         launch order, and bump the version: what a Tape's and a FwdMode's gradients start from. With
         `host_write`, the recording Tape (and FwdMode) see it as they see `fill(0)`."""
         if host_write:
-            self._host_write("fill" if element is None else "setitem", element)   # bumps the version
+            self._host_write("fill" if element is None else "setitem", element, zero=True)   # bumps the version
         else:
             self.version += 1
         self._runtime.device.fill_buffers(self._fills(0, element))
@@ -294,7 +294,7 @@ class Ndarray:
         value = self._checked_value(value)
         with runtime.LOCK:
             runtime.refuse_inside_capture(self._runtime, "ndarray.fill(...)")
-            self._host_write("fill")
+            self._host_write("fill", zero=not np.asarray(value, self._np_dtype).reshape(-1).view(np.uint8).any())
             self._host().fill(value, self.width)
         return self
 

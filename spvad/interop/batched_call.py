@@ -35,7 +35,7 @@ class LaunchLog:
         self.steps.append(("launch", kernel, call_arguments(kernel, specs, arrays, scalars)))
         return None
 
-    def host_write(self, array, what, index):
+    def host_write(self, array, what, index, zero=False):
         _, seen = self.written.get(id(array), (array, set()))
         if what == "setitem" and index is not None and seen is not None:
             seen.add(index)

@@ -29,7 +29,8 @@ NEVER = 1 << 62   # the first write position of a row never written
 
 class FirstRows:
     """One array's rows along `axis` read so far and those copied (None: every row), and where the copies are."""
-    __slots__ = ("array", "axis", "count", "read", "copied", "pieces", "merged", "first_write", "all_at")
+    __slots__ = ("array", "axis", "count", "read", "copied", "pieces", "merged", "first_write", "all_at",
+                 "covered")
 
     def __init__(self, array, slices, scalars):
         self.array = array
@@ -44,6 +45,7 @@ class FirstRows:
         self.merged = None   # [(buffer, regions from the copy to the array)], worked out at the first restore
         self.first_write = None   # event position of each row's first write (numpy, made at the first one)
         self.all_at = None        # position of the first write of every row at once
+        self.covered = False      # a host write set every element: what is read after it, a replay writes again
 
     def rows(self, slices, scalars):
         """The rows that an access naming `slices` for `scalars` touches (None: every row, or unknown)."""
@@ -54,11 +56,14 @@ class FirstRows:
         return None if index is None or self.axis is None else row_of_element(self.axis, self.array, index)
 
     def note_read(self, rows):
-        if self.read is not None:
-            if rows is None:
-                self.read = None
-            else:
-                self.read |= rows
+        """`rows` (None: all) are read, as the Tape found them unless a host write covered the array first (a
+        launch's writes may cover a row in part: what it read there may still be as found)."""
+        if self.read is None or self.covered:
+            return
+        if rows is None:
+            self.read = None
+        else:
+            self.read |= rows
 
     def due(self, rows):
         """Of the rows about to be written (None: all), those to copy now: read before, not copied yet."""

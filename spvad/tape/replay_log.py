@@ -42,20 +42,23 @@ class LaunchEvent:
 
 class HostWriteEvent:
     """A recorded host write (`fill`, `from_numpy`, `a[i] = v`): the contents it left (`buffer`, copied
-    before the next event); `seen`: whether the recording Tape recorded it (a gradient reads past it), as
-    a Tape recording the replay must."""
-    __slots__ = ("array", "what", "index", "seen", "buffer")
+    before the next event; none for a write of zero bits, `zero`, which a replay repeats on the device);
+    `seen`: whether the recording Tape recorded it (a gradient reads past it), as a Tape recording the replay
+    must."""
+    __slots__ = ("array", "what", "index", "zero", "seen", "buffer")
     is_launch = False
     reads = ()
 
-    def __init__(self, array, what, index, seen):
-        self.array, self.what, self.index, self.seen, self.buffer = array, what, index, seen, None
+    def __init__(self, array, what, index, zero, seen):
+        self.array, self.what, self.index, self.zero, self.seen, self.buffer = array, what, index, zero, seen, None
 
     def replay(self, tape):
         a = self.array
         if tape is not None and self.seen:
-            tape.host_write(a, self.what, self.index)
-        if self.index is None:
+            tape.host_write(a, self.what, self.index, self.zero)
+        if self.zero:
+            a._runtime.device.fill_buffers(a._fills(0, self.index))
+        elif self.index is None:
             a._runtime.device.copy_buffer(self.buffer, a.buffer, a.buffer.nbytes)
         else:   # (`a[i] = v`: only element i was kept)
             offset, _, size = element_region(a, self.index)
@@ -215,7 +218,7 @@ class ReplayLog:
     def flush(self):
         """Copy the contents the last host write left (its write is queued or done by now)."""
         event, self.pending = self.pending, None
-        if event is not None:
+        if event is not None and not event.zero:
             event.buffer = self._copy(event.array, event.index)
             self.host_nbytes += event.buffer.nbytes
 
@@ -235,12 +238,13 @@ class ReplayLog:
             self._will_write(tracker, None if tracker.axis is None else tracker.rows(slices, scalars))
         self._event(event)
 
-    def host_write(self, array, what, index, seen):
+    def host_write(self, array, what, index, zero, seen):
         """Before a host write changes `array`."""
         self.flush()
         tracker = self._tracker(array, None, ())
         self._will_write(tracker, tracker.element_rows(index))
-        self.pending = HostWriteEvent(array, what, index, seen)
+        tracker.covered = tracker.covered or index is None
+        self.pending = HostWriteEvent(array, what, index, zero, seen)
         self._event(self.pending)
 
     def _event(self, event):

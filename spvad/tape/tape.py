@@ -266,13 +266,14 @@ class Tape:
         a.grad = Ndarray(a.dtype, a.shape)
         self.temporary.append(a)
 
-    def host_write(self, array, what, index):
-        """Called by ndarray before `fill`, `from_numpy` or `a[i] = v` changes `array`."""
+    def host_write(self, array, what, index, zero=False):
+        """Called by ndarray before `fill`, `from_numpy` or `a[i] = v` changes `array` (`zero`: to zero bits,
+        which a replay writes again without a copy)."""
         self.stop_plans()
         log = self.replays
         if log is not None:
-            log.host_write(array, what, index, seen=not (array.serial > self.first_serial and
-                                                         id(array) not in self.arrays))
+            log.host_write(array, what, index, zero, seen=not (array.serial > self.first_serial and
+                                                               id(array) not in self.arrays))
             if not log.recomputing:
                 try:
                     if not log.over_budget():
@@ -309,6 +310,8 @@ class Tape:
         if self.loss is not None:   # Taichi's rule: `loss[None] += ...` starts from 0 in every Tape
             with runtime.LOCK:
                 self.loss.zero_on_device(host_write=True)   # (an outer Tape sees a host write)
+                if self.replays is not None:   # a replay from the start zeroes it again: no copy of it is kept
+                    self.replays.host_write(self.loss, "fill", None, zero=True, seen=False)
         self.first_serial = next_serial()
         if self.plans and not self.needs_grad_only and not self.validation and self.replays is None:
             self.follower = Follower.of(recording.modes.plan, runtime.get())
