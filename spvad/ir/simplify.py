@@ -181,7 +181,7 @@ class _Rewriter:
                     continue
                 memory[_element(new)] = new
             if type(new).WRITES_ARRAY:
-                _forget(memory, {N.may_write(new.array, new.field, self.distinct)}, self.distinct)
+                _forget(memory, {N.may_write(new.array, new.field, self.distinct)}, self.distinct, _element(new))
                 if isinstance(new, N.GlobalStore):
                     memory[_element(new)] = new.value
             if new is not s:
@@ -217,11 +217,23 @@ def _written_in(construct, distinct):
             if type(t).WRITES_ARRAY}
 
 
-def _forget(memory, written, distinct):
+def _forget(memory, written, distinct, element=None):
     """Drop what `memory` knows of the elements `written` (nodes.may_write) may have changed: any index of a
-    written array may alias, and unless `distinct`, so may two parameters of one dtype."""
-    for k in [k for k in memory if N.may_write(k[0], k[1], distinct) in written]:
+    written array may alias, and unless `distinct`, so may two parameters of one dtype. `element`: the one
+    element a single write changes; another component of the same array element is not it."""
+    for k in [k for k in memory if N.may_write(k[0], k[1], distinct) in written and not _other_component(k, element)]:
         del memory[k]
+
+
+def _other_component(a, b):
+    """Whether elements a and b (_element) are the same array's and differ in a component index (the last
+    axes of a vector or matrix ndarray: static, always in range, so no two constants there alias), as the
+    components of one `v[t] = ...` store do (`x[t] = x[t - 1] + dt * v[t]` then reads them all back)."""
+    if b is None or a[0] is not b[0] or a[1] != b[1] or len(a[2]) != len(b[2]):
+        return False
+    comps = len(a[0].element_shape)
+    return any(isinstance(i, N.Const) and isinstance(j, N.Const) and i.value != j.value
+               for i, j in zip(a[2][len(a[2]) - comps:], b[2][len(b[2]) - comps:])) if comps else False
 
 
 def _fold(s):

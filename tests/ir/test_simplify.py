@@ -282,3 +282,26 @@ def test_a_folded_if_lets_the_next_round_forward_across_its_loop(make_kb, rng):
     before, after = run_both(build, lambda: {(0, "primal"): xs.copy(), (1, "primal"): np.zeros(5, np.float32)}, [3])
     assert count(after, N.If) == 0
     assert count(before, N.GlobalLoad) == 2 and count(after, N.GlobalLoad) == 1
+
+
+def test_a_vector_store_is_read_back_from_its_components(rng):
+    """v[i] = ...; x[i] = x[i] + dt * v[i] (DiffTaichi's advance): the store of v[i]'s second component does
+    not make the optimiser forget its first (another component of the same element), so neither is loaded
+    back: v is loaded twice (its old components), not three or four times, and the values are numpy's."""
+    import spvad as sp
+
+    @sp.kernel
+    def advance_vec(v: sp.Array, x: sp.Array, f: sp.Array):
+        for i in range(v.shape[0]):
+            v[i] = 0.9 * v[i] + 0.1 * f[i]
+            x[i] = x[i] + 0.1 * v[i]
+
+    vs, xs, fs = (rng.standard_normal((7, 2)).astype(np.float32) for _ in range(3))
+    v, x, f = (sp.from_numpy(a, dtype=sp.vec2) for a in (vs, xs, fs))
+    advance_vec(v, x, f)
+    v_new = 0.9 * vs.astype(np.float64) + 0.1 * fs
+    np.testing.assert_allclose(v.to_numpy(), v_new, rtol=1e-6)
+    np.testing.assert_allclose(x.to_numpy(), xs + 0.1 * v_new, rtol=1e-6)
+    ir = advance_vec._compiled(advance_vec._bind((v, x, f))[0], "primal").ir
+    loads = [s for t in ir.tasks for s in N.walk(t.body) if isinstance(s, N.GlobalLoad) and s.array.name == "v"]
+    assert len(loads) == 2
