@@ -16,6 +16,8 @@ the Tape's time against the unbounded Tape's, the bytes kept and the launches re
 gradients are compared with the unbounded Tape's, and the loss and two spring gradients with float64.
 Electric's budgeted rows raise, as they must: its unbounded Tape keeps only x[t] and v[t] as the previous
 rollout left them (nn1(t) reads them before advance(t) overwrites them), which no replay can compute again.
+electric-prev (nn1(t) reads step t - 1's state: every element is written once) keeps nothing, bounded or not:
+its budgets of 1/10 and 1/100 of nothing hold it, with nothing recomputed.
 """
 import argparse
 import json
@@ -202,14 +204,15 @@ def budgets_main():
     ap.add_argument("--spring-steps", type=int, default=10000, help="the mass-spring's steps")
     ap.add_argument("--grid", type=int, default=8, help="the mass-spring's grid (G x G particles)")
     ap.add_argument("--repeat", type=int, default=1, help="timed Tapes per row (after a warm-up)")
-    ap.add_argument("--only", default="electric,mass-spring", help="workloads to run")
+    ap.add_argument("--only", default="electric,electric-prev,mass-spring", help="workloads to run")
     ap.add_argument("--out", default=peers.RESULTS)
     args = ap.parse_args()
     common.init_spvad()
     meta = {"cpu": peers.cpu_model(), "device": sp.device_info().get("name"), "repeat": args.repeat,
             "steps": args.steps, "spring_steps": args.spring_steps, "grid": args.grid}
     rows, only = [], args.only.split(",")
-    for name, make in (("electric", lambda: electric_tapes(args.steps)),
+    for name, make in (("electric", lambda: electric_tapes(args.steps, "difftaichi")),
+                       ("electric-prev", lambda: electric_tapes(args.steps, "prev")),
                        ("mass-spring", lambda: spring_tapes(args.spring_steps, args.grid))):
         if name in only:
             rows += budget_rows(name, *make(), args.repeat)
@@ -271,27 +274,20 @@ def _difference(grads, base):
     return max(float(np.abs(g - b).max() / max(np.abs(b).max(), 1e-30)) for g, b in zip(grads, base))
 
 
-def electric_tapes(steps):
-    """DiffTaichi's electric as examples/electric.py writes it: nn1(t) reads x[t] and v[t] before advance(t)
-    overwrites them (the unbounded Tape keeps those rows)."""
-    ref = wl.reference(steps, "difftaichi")
-    m = wl.example(steps)
-    m.allocate_fields()
-    m.goal.from_numpy(ref["goal"])
-    m.goal_v.from_numpy(ref["goal_v"])
-    for name, p in zip(wl.PARAMS, ref["params"]):
-        getattr(m, name).from_numpy(p)
-    x0 = wl.initial_state(ref)
+def electric_tapes(steps, form):
+    """DiffTaichi's electric as examples/electric.py writes it ("difftaichi": nn1(t) reads x[t] and v[t] before
+    advance(t) overwrites them, and the unbounded Tape keeps those rows) or reading the state step t - 1 left
+    ("prev": every element written once, so that the Tape keeps nothing); workloads/electric_long.py."""
+    ref = wl.reference(steps, form)
+    prog = wl.prepare_spvad(ref)
 
     def run(budget):
-        m.x.from_numpy(x0)
-        m.v.fill(0.0)
-        with sp.Tape(m.loss, checkpoint_budget=budget) as tape:
-            m.forward()
+        prog.reset()
+        tape = prog.tape(budget=budget)
         sp.sync()
-        return tape, [getattr(m, p).grad.to_numpy() for p in wl.PARAMS]
+        return tape, prog.grads()
 
-    return wl.launches(steps), run, lambda grads: wl.check(float(m.loss[None]), grads, ref)
+    return wl.launches(steps), run, lambda grads: wl.check(prog.loss(), grads, ref)
 
 
 # the mass-spring of workloads/mass_spring.py (its cloth, constants and float64 simulate), double-buffered: the

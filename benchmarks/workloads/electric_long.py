@@ -146,12 +146,13 @@ def prepare_spvad(ref):
             m.advance(t)
             m.compute_loss(t)
 
-    def tape(mark=None):
-        with sp.Tape(m.loss) as recording:
+    def tape(mark=None, budget=None):
+        with sp.Tape(m.loss, checkpoint_budget=budget) as recording:
             forward(mark)
             if mark:
                 mark(steps)
         kept[0] = recording.checkpoint_bytes
+        return recording
 
     def reset():
         m.x.from_numpy(x0)
