@@ -18,39 +18,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 import spvad as sp  # noqa: E402
+from elementwise import call_of, elementwise  # noqa: E402
 from libm_reference import SAMPLERS, samples  # noqa: E402
 from spvad import types as T  # noqa: E402
 from spvad.ir.libm import EXPANSIONS  # noqa: E402
 from spvad.ir.libm.vector_eval import evaluate  # noqa: E402
-from spvad.ir.ops import ARITY, Op  # noqa: E402
+from spvad.ir.ops import ARITY  # noqa: E402
 
 CHUNK = 1 << 17   # points per vector_eval call (it keeps every intermediate array)
-
-
-@sp.func
-def power(x, y):
-    return x ** y
-
-
-@sp.func
-def modulo(x, y):
-    return x % y
-
-
-def kernel_of(op, arity):
-    f = {Op.POW: power, Op.MOD: modulo}.get(op) or getattr(sp, op.value)
-    if arity == 1:
-        @sp.kernel
-        def one(a: sp.Array, y: sp.Array):
-            for i in range(a.shape[0]):
-                y[i] = f(a[i])
-        return one
-
-    @sp.kernel
-    def two(a: sp.Array, b: sp.Array, y: sp.Array):
-        for i in range(a.shape[0]):
-            y[i] = f(a[i], b[i])
-    return two
 
 
 def points(op, dt, n, arity, rng):
@@ -81,7 +56,7 @@ def main():
     total = 0
     for op in ops:
         arity = ARITY[op]
-        kernel = kernel_of(op, arity)
+        kernel = elementwise(call_of(op), arity)[0]
         for dt in (T.f32, T.f64):
             pts = points(op, dt, args.n, arity, np.random.default_rng(17))
             ins = [sp.from_numpy(a) for a in pts]

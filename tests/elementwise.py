@@ -1,6 +1,26 @@
 """Element-wise kernels over a scalar function `f` of 1, 2 or 3 arguments, for the tables that check a function's
-values and derivatives (tests/autodiff/test_edge_conventions.py, tests/kernel/test_more_math.py)."""
+values and derivatives (tests/autodiff/test_edge_conventions.py, tests/kernel/test_more_math.py), and what a
+kernel calls for an IR Op (tests/spirv/test_libm_bits.py, benchmarks/libm_bits.py)."""
 import spvad as sp
+from spvad.ir.ops import Op
+
+
+@sp.func
+def power(x, y):
+    return x ** y
+
+
+@sp.func
+def modulo(x, y):
+    return x % y
+
+
+SPELLED = {Op.POW: power, Op.MOD: modulo}   # ops a kernel spells as operators (else sp.<name>)
+
+
+def call_of(op):
+    """What a kernel calls to compute `op`: sp.<name>, or a func spelling it as its operator."""
+    return SPELLED.get(op) or getattr(sp, op.value)
 
 
 def elementwise(f, nargs):

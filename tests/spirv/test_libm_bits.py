@@ -13,27 +13,10 @@ from spvad.ir.libm import EXPANSIONS
 from spvad.ir.libm.vector_eval import evaluate
 from spvad.ir.ops import ARITY, Op
 
-from elementwise import elementwise
+from elementwise import call_of, elementwise
 
 N_RANDOM = 1 << 15   # random bit patterns per function and dtype, and as many dense samples (64k points in all)
 OPS = sorted(EXPANSIONS, key=lambda op: op.value)
-
-
-@sp.func
-def power(x, y):
-    return x ** y
-
-
-@sp.func
-def modulo(x, y):
-    return x % y
-
-
-SPELLED = {Op.POW: power, Op.MOD: modulo}   # ops a kernel spells as operators (else sp.<name>)
-
-
-def call_of(op):
-    return SPELLED.get(op) or getattr(sp, op.value)
 
 
 def arity(op):
