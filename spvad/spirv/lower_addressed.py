@@ -65,21 +65,23 @@ class AddressTables:
         return self.L.m.type_info(elem)[1] // 8
 
     def load_limits(self):
-        """At the top of main, per table: its last element (last word >> log2(words per element)), log2 of
-        the elements per block (log2_chunk - log2(element bytes)), the mask of an index within a block, and the
-        address of an array of one block."""
+        """At the top of main, per table: its last element (last word >> log2(words per element)); for an array
+        in several blocks, log2 of the elements per block (log2_chunk - log2(element bytes)) and the mask of an
+        index within a block; for an array of one block, its block's address."""
         L, f = self.L, self.L.f
         u32 = L.m.type_int(32, False)
+        ptr_t = L.m.type_pointer(StorageClass.StorageBuffer, u32)
+        def word(var, k):
+            return f.emit(Op.OpLoad, u32, f.emit(Op.OpAccessChain, ptr_t, var, L.i32c(k)))
         for key, (var, elem, block_ptr) in self.tables.items():
-            ptr_t = L.m.type_pointer(StorageClass.StorageBuffer, u32)
-            last, log2_chunk = (f.emit(Op.OpLoad, u32, f.emit(Op.OpAccessChain, ptr_t, var, L.i32c(k)))
-                                for k in (0, 1))
             log2_item = self.item_bytes(elem).bit_length() - 1
-            last = f.emit(Op.OpShiftRightLogical, u32, last, L.u32c(log2_item - 2))
-            shift = f.emit(Op.OpISub, u32, log2_chunk, L.u32c(log2_item))
-            mask = f.emit(Op.OpISub, u32, f.emit(Op.OpShiftLeftLogical, u32, L.u32c(1), shift), L.u32c(1))
-            self.limits[key] = (last, shift, mask)
-            if several_blocks(key) not in self.mem.lay.addressed:
+            last = f.emit(Op.OpShiftRightLogical, u32, word(var, 0), L.u32c(log2_item - 2))
+            if several_blocks(key) in self.mem.lay.addressed:
+                shift = f.emit(Op.OpISub, u32, word(var, 1), L.u32c(log2_item))
+                mask = f.emit(Op.OpISub, u32, f.emit(Op.OpShiftLeftLogical, u32, L.u32c(1), shift), L.u32c(1))
+                self.limits[key] = (last, shift, mask)
+            else:
+                self.limits[key] = (last, None, None)
                 self.first[key] = f.emit(Op.OpLoad, block_ptr, self._slot(var, block_ptr, L.u32c(0)))
 
     def element_ptr(self, key, idx):
