@@ -118,7 +118,7 @@ def tan(e, x):
     f = Arith(e, x)
     p = _parts(f, x)
     if not f.f64:
-        return _tan_f32(f, p, x)
+        return _tan_f32(f, p)
     odd = p.odd
     sh, sl = fast_two_sum(f, *p.sin)
     ch, cl = fast_two_sum(f, *p.cos)
@@ -130,11 +130,10 @@ def tan(e, x):
     return _finish(f, p, _flip(f, p.neg, f.add(a, f.div(rem, dh))))
 
 
-def _tan_f32(f, p, x):
+def _tan_f32(f, p):
     """sin/cos (even quadrant) or -cos/sin (odd) of r, one division: near the poles r's own rounding counts, so the
-    shared sin and cos of r move to first order by d = r - fl(r) (trig_f32.precise_r): within 3.5 ulp."""
-    r_hi, r_lo = trig_f32.precise_r(f, p, x)
-    d = f.add(f.sub(r_hi, p.r), r_lo)
+    shared sin and cos of r move to first order by d = r - fl(r) (trig_f32.r_error): within 3.5 ulp."""
+    d = trig_f32.r_error(f, p)
     s = f.add(p.sin, f.mul(d, p.cos))
     c = f.sub(p.cos, f.mul(d, p.sin))
     odd = _odd_n(f, p)

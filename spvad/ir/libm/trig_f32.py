@@ -9,10 +9,11 @@ from a table; here u32 words with Op.MUL_HI). The f32 closest to a multiple of p
 |F| >= 2^32, so F's float conversion keeps its precision.
 
 No branches and no table: llvmpipe runs both sides of every branch, and reads a per-thread table lane by lane (a
-GLSL twin reading a Private table of 2/pi words ran 8% slower on lavapipe; GPUs place dynamically indexed
-per-thread arrays in local memory). The five-way selects of constants stay in registers. Errors at most 2.7 ulp (sin), 2.5
-(cos) and 2.8 (tan) on benchmarks/libm_ulps.py's samples, 4 the goal (tests/ir/test_libm_trig.py): r's rounding
-counts in full near the zeros of sin and cos, and near tan's poles, where tan uses a refined r (`precise_r`).
+GLSL twin reading a Private table of 2/pi words ran 8% slower on lavapipe; GPUs usually place dynamically
+indexed per-thread arrays in local memory). The five-way selects of constants stay in registers. Errors at most
+2.7 ulp (sin), 2.5 (cos) and 2.8 (tan) on benchmarks/libm_ulps.py's samples, 4 the goal (tests/ir/test_libm_trig.py):
+r's rounding counts in full near the zeros of sin and cos, and near tan's poles, where tan corrects for it
+(`r_error`).
 """
 import math
 from typing import NamedTuple
@@ -35,7 +36,7 @@ class Reduced(NamedTuple):
     r: object       # |x| - n pi/2 (NaN for infinities and NaN), within about an ulp
     sin: object     # sin(r), cos(r)
     cos: object
-    fhi: object     # F's words (n = 0 below pi/4): what `precise_r` refines r from
+    fhi: object     # F's words (n = 0 below pi/4): what `r_error` refines r from
     flo: object
     tiny: object    # |x| < pi/4: r = |x|
 
@@ -101,10 +102,11 @@ def reduce(f, x):
     return Reduced(sign, n, r, s, c, fhi, flo, tiny)
 
 
-def precise_r(f, p, x):
-    """(r_hi, r_lo), r's rounding error recovered (tan, near its poles, divides by r): F = a 2^32 + lo with a =
-    fl(F's high word) and lo its rest, exact to 2^-25 of F; r = F 2^-62 pi/2 with a's product split (Dekker's
-    halves: A1 PIO2_HI exact) and the rest a small correction."""
+def r_error(f, p):
+    """The reduced argument's rounding error, (r exactly) - p.r, to first order (tan, near its poles, divides by
+    r): F = a 2^32 + lo with a = fl(F's high word) and lo its rest, exact to 2^-25 of F; r = F 2^-62 pi/2 as a
+    double-word, a's product split (Dekker's halves: A1 PIO2_HI exact) and the rest a small correction. 0 where
+    r is |x| (below pi/4); NaN where p.r is."""
     a = f.to_float(p.fhi)
     rest = f.to_float(f.iop("sub", p.fhi, f.to_int(a)))
     lo = f.add(f.mul(rest, 2.0 ** 32), f.e.compute(Op.CAST, p.flo, dtype=T.f32))
@@ -114,8 +116,7 @@ def precise_r(f, p, x):
     corr = f.add(f.mul(f.sub(big, a1), PIO2_HI), f.add(f.mul(big, PIO2_LO), f.mul(lo, PIO2 * 2.0 ** -62)))
     hi = f.add(p0, corr)
     r_lo = f.sub(corr, f.sub(hi, p0))
-    ax = f.abs(x)
-    return f.add(f.where(p.tiny, ax, hi), f.sub(ax, ax)), f.where(p.tiny, 0.0, r_lo)   # (as `reduce` does)
+    return f.where(p.tiny, 0.0, f.add(f.sub(hi, p.r), r_lo))
 
 
 def with_sign(f, v, flip):
